@@ -1,0 +1,180 @@
+"""Engine benchmark: plain vs speculative decoding on SmolLM2-135M-Instruct, side by side.
+
+Prints, all measured in this one run (medians over interleaved rounds):
+- tokens/s of plain decoding and of speculation at several k, with tau and the speedup ratio;
+- the target's verify-cost curve t(k)/t(1) (one decode of k tokens with logits for all);
+- the Python glue time per speculative step;
+- what the drafter adds in memory on top of the target.
+
+Without a trained drafter (issue 5 ships one) this uses a randomly initialised drafter, which
+measures the machinery's costs: its acceptance is near zero, so speculation cannot win here.
+
+    python benchmarks/bench_engine.py [--target T.gguf --draft D.gguf] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+import localspec  # noqa: E402
+from localspec import _native as N  # noqa: E402
+from localspec.discovery import default_target  # noqa: E402
+
+PROMPTS = [
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain how a refrigerator works to a ten year old.",
+    "List five tips for learning a new programming language, with one sentence each.",
+]
+
+
+def random_drafter(target: str, folder: str) -> str:
+    from localspec.converters.eagle3_gguf import Eagle3Config, write_eagle3_gguf
+
+    import tinymodels as tm
+
+    h = N.GGUFHeader(target)
+    n_embd = int(h.arch_key("embedding_length"))
+    n_layer = int(h.arch_key("block_count"))
+    n_head = int(h.arch_key("attention.head_count"))
+    n_kv = int(h.arch_key("attention.head_count_kv"))
+    n_ff = int(h.arch_key("feed_forward_length"))
+    taps = (2, n_layer // 2, n_layer - 3)
+    ds = tm.DrafterShape(n_embd=n_embd, n_head=n_head, n_head_kv=n_kv, n_ff=n_ff, taps=taps)
+    cfg = Eagle3Config(
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_kv,
+        rms_eps=1e-5,
+        rope_theta=float(h.arch_key("rope.freq_base") or 10000.0),
+        context_length=4096,
+        target_layers=taps,
+        target_hidden=n_embd,
+        fc_norm=True,
+        norm_output=True,
+    )
+    tensors = {
+        k: v.astype(np.float16) if v.ndim == 2 else v
+        for k, v in tm.drafter_tensors(ds, n_embd, seed=11).items()
+    }
+    path = os.path.join(folder, "random.eagle3.gguf")
+    write_eagle3_gguf(path, cfg, tensors, target, name="random drafter (benchmark)")
+    return path
+
+
+def verify_curve(eng: localspec.Engine, ks: list[int], reps: int) -> dict[int, float]:
+    """Median seconds of one target decode of k tokens with logits for every token."""
+    tgt = eng.target
+    tgt.set_taps_active(eng.drafter is not None)
+    base = eng.tokenize(PROMPTS[0])
+    out = {}
+    for k in ks:
+        times = []
+        for r in range(reps):
+            tgt.ctx.clear()
+            tgt.decode(base, 0, all_logits=False)
+            toks = [int(t) for t in np.random.default_rng(r).integers(0, 1000, size=k)]
+            t0 = time.perf_counter()
+            tgt.decode(toks, len(base), all_logits=True)
+            times.append(time.perf_counter() - t0)
+        out[k] = statistics.median(times)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target")
+    ap.add_argument("--draft")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--ks", default="1,2,3,4,6,8")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--gpu-layers", type=int, default=0)
+    args = ap.parse_args()
+    ks = [int(x) for x in args.ks.split(",")]
+    target = args.target or default_target()
+    tmp = tempfile.TemporaryDirectory()
+    draft = args.draft or random_drafter(target, tmp.name)
+
+    with localspec.load(
+        target, draft=draft, n_threads=args.threads, n_ctx=4096, n_gpu_layers=args.gpu_layers
+    ) as eng:
+        print(f"target: {target}")
+        print(f"drafter: {eng.drafter_note}")
+        threads = args.threads or os.cpu_count()
+        print(
+            f"llama-cpp-python {N.INSTALLED_LLAMA_CPP_PYTHON}, threads {threads}, "
+            f"GPU layers {args.gpu_layers}, {args.max_tokens} tokens per prompt, "
+            f"{len(PROMPTS)} prompts x {args.rounds} rounds, greedy"
+        )
+
+        prompts = [eng.format_chat([{"role": "user", "content": p}])[0] for p in PROMPTS]
+        settings = [0, *ks]
+        tps: dict[int, list[float]] = {k: [] for k in settings}
+        taus: dict[int, list[float]] = {k: [] for k in settings}
+        glue: dict[int, list[float]] = {k: [] for k in settings}
+        tokens_ref: dict[int, list[int]] = {}
+        eng.complete(prompts[0], max_tokens=16, parse_special=True, add_special=False)  # warm-up
+        for _ in range(args.rounds):
+            for i, p in enumerate(prompts):
+                for k in settings:  # interleaved: every setting sees the same machine state
+                    c = eng.complete(
+                        p,
+                        max_tokens=args.max_tokens,
+                        n_draft=k,
+                        parse_special=True,
+                        add_special=False,
+                    )
+                    if k == 0:
+                        tokens_ref.setdefault(i, c.tokens)
+                    elif c.tokens != tokens_ref[i]:
+                        print(f"!! k={k} prompt {i}: output differs from plain decoding")
+                    tps[k].append(c.stats.tokens_per_s)
+                    taus[k].append(c.stats.tau)
+                    glue[k].append(c.stats.glue_per_step_us)
+
+        plain = statistics.median(tps[0])
+        print("\n| mode | tokens/s (median) | speedup | tau | glue/step (us) |")
+        print("|---|---|---|---|---|")
+        for k in settings:
+            med = statistics.median(tps[k])
+            name = "plain" if k == 0 else f"k={k}"
+            print(
+                f"| {name} | {med:.1f} | {med / plain:.2f}x | {statistics.median(taus[k]):.2f} "
+                f"| {statistics.median(glue[k]):.0f} |"
+            )
+
+        curve_ks = [1, 2, 3, 4, 5, 6, 8, 12, 16]
+        curve = verify_curve(eng, curve_ks, reps=15)
+        print("\nverify cost, one target decode of k tokens (median ms; ratio to k=1):")
+        print("| k | " + " | ".join(str(k) for k in curve_ks) + " |")
+        print("|---|" + "---|" * len(curve_ks))
+        print("| ms | " + " | ".join(f"{1e3 * curve[k]:.2f}" for k in curve_ks) + " |")
+        print("| t(k)/t(1) | " + " | ".join(f"{curve[k] / curve[1]:.2f}" for k in curve_ks) + " |")
+
+        tgt_bytes = eng.target.model.size_bytes
+        d = eng.drafter
+        if d is not None:
+            d_bytes = d.model.size_bytes
+            kv = 2 * eng.target.n_ctx * d.n_embd * 2  # K and V, f16, one layer (GQA upper bound)
+            logits_buf = d.n_batch * d.n_vocab * 4
+            print(
+                f"\nmemory: target weights {tgt_bytes / 2**20:.1f} MiB; drafter adds weights "
+                f"{d_bytes / 2**20:.1f} MiB, KV <= {kv / 2**20:.1f} MiB at n_ctx "
+                f"{eng.target.n_ctx}, logits buffer {logits_buf / 2**20:.1f} MiB"
+            )
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""localspec: lossless EAGLE-3 / EAGLE-3.1 speculative decoding for local GGUF models.
+
+import localspec
+with localspec.load("target.gguf", draft="target.eagle3.gguf", n_draft=4) as eng:
+    for ev in eng.generate("Once upon a time", max_tokens=64):
+        print(ev.text, end="")
+    print(eng.stats.summary())
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    ContextFullError,
+    GenerationError,
+    InvalidParameterError,
+    LocalspecError,
+    ModelFileError,
+    NativeLibraryError,
+    PairMismatchError,
+    UnsupportedModelError,
+)
+from .stats import Stats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Completion",
+    "ContextFullError",
+    "Engine",
+    "Event",
+    "GenerationError",
+    "InvalidParameterError",
+    "LocalspecError",
+    "ModelFileError",
+    "NativeLibraryError",
+    "PairMismatchError",
+    "Stats",
+    "UnsupportedModelError",
+    "load",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The engine imports the native door (libllama); load it on first use so that
+    # `import localspec` stays cheap and its errors surface as LocalspecError at use.
+    if name in ("load", "Engine", "Event", "Completion"):
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(name)

@@ -1,0 +1,501 @@
+"""The one door to native code: llama-cpp-python's bindings plus llama.cpp's staging API.
+
+Everything ctypes lives here. The staging functions of ``src/llama-ext.h`` are not declared
+``extern "C"``, so libllama exports them only under C++ (Itanium ABI) mangled names and
+llama-cpp-python does not bind all of them. We bind them ourselves, check every symbol at import,
+and fail with one message naming the llama-cpp-python version this code was written against.
+Above this module the code works with numpy arrays and Python objects only.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import sys
+import threading
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from .errors import GenerationError, ModelFileError, NativeLibraryError
+
+REQUIRED_LLAMA_CPP_PYTHON = "0.3.36"
+
+try:
+    import llama_cpp as _llama_cpp_pkg
+    from llama_cpp import llama_cpp as C
+except Exception as exc:  # ImportError, or OSError when libllama cannot be loaded
+    raise NativeLibraryError(
+        f"localspec needs llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON} "
+        f"(pip install 'llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON}'): {exc}"
+    ) from None
+
+
+def _installed_version() -> str:
+    try:
+        return metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        return getattr(_llama_cpp_pkg, "__version__", "unknown")
+
+
+INSTALLED_LLAMA_CPP_PYTHON = _installed_version()
+
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+_c_int32_p = ctypes.POINTER(ctypes.c_int32)
+_ctx_p = C.llama_context_p_ctypes
+_model_p = C.llama_model_p_ctypes
+
+# name -> (Itanium-mangled symbol, argtypes, restype). The C++ prototype is the comment above.
+_STAGING: dict[str, tuple[str, list[Any], Any]] = {
+    # void llama_set_embeddings_layer_inp(llama_context * ctx, uint32_t lid, bool value)
+    "set_embeddings_layer_inp": (
+        "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+        [_ctx_p, ctypes.c_uint32, ctypes.c_bool],
+        None,
+    ),
+    # float * llama_get_embeddings_layer_inp(llama_context * ctx, uint32_t lid)
+    "get_embeddings_layer_inp": (
+        "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+        [_ctx_p, ctypes.c_uint32],
+        _c_float_p,
+    ),
+    # void llama_set_embeddings_nextn(llama_context * ctx, bool value, bool masked)
+    "set_embeddings_nextn": (
+        "_Z26llama_set_embeddings_nextnP13llama_contextbb",
+        [_ctx_p, ctypes.c_bool, ctypes.c_bool],
+        None,
+    ),
+    # float * llama_get_embeddings_nextn(llama_context * ctx)
+    "get_embeddings_nextn": (
+        "_Z26llama_get_embeddings_nextnP13llama_context",
+        [_ctx_p],
+        _c_float_p,
+    ),
+    # float * llama_get_embeddings_nextn_ith(llama_context * ctx, int32_t i)
+    "get_embeddings_nextn_ith": (
+        "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+        [_ctx_p, ctypes.c_int32],
+        _c_float_p,
+    ),
+    # const int32_t * llama_model_target_layer_ids(const llama_model * model)
+    "model_target_layer_ids": (
+        "_Z28llama_model_target_layer_idsPK11llama_model",
+        [_model_p],
+        _c_int32_p,
+    ),
+    # uint32_t llama_model_target_layer_ids_n(const llama_model * model)
+    "model_target_layer_ids_n": (
+        "_Z30llama_model_target_layer_ids_nPK11llama_model",
+        [_model_p],
+        ctypes.c_uint32,
+    ),
+    # llama_context * llama_get_ctx_other(llama_context * ctx)
+    "get_ctx_other": ("_Z19llama_get_ctx_otherP13llama_context", [_ctx_p], _ctx_p),
+}
+
+
+def _bind_staging() -> dict[str, Any]:
+    if INSTALLED_LLAMA_CPP_PYTHON != REQUIRED_LLAMA_CPP_PYTHON:
+        raise NativeLibraryError(
+            f"localspec needs llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON} exactly (it binds "
+            f"llama.cpp's unstable staging API); found {INSTALLED_LLAMA_CPP_PYTHON}. "
+            f"Run: pip install 'llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON}'"
+        )
+    lib = C._lib
+    bound: dict[str, Any] = {}
+    missing = []
+    for name, (symbol, argtypes, restype) in _STAGING.items():
+        try:
+            fn = getattr(lib, symbol)
+        except AttributeError:
+            missing.append(symbol)
+            continue
+        fn.argtypes = argtypes
+        fn.restype = restype
+        bound[name] = fn
+    if missing:
+        raise NativeLibraryError(
+            "libllama lacks staging symbols localspec needs (" + ", ".join(missing) + "); "
+            f"install llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON} built for Linux or macOS "
+            "(Windows/MSVC mangles C++ names differently and is not supported)"
+        )
+    return bound
+
+
+_S = _bind_staging()
+
+set_embeddings_layer_inp = _S["set_embeddings_layer_inp"]
+get_embeddings_layer_inp = _S["get_embeddings_layer_inp"]
+set_embeddings_nextn = _S["set_embeddings_nextn"]
+get_embeddings_nextn = _S["get_embeddings_nextn"]
+get_embeddings_nextn_ith = _S["get_embeddings_nextn_ith"]
+model_target_layer_ids = _S["model_target_layer_ids"]
+model_target_layer_ids_n = _S["model_target_layer_ids_n"]
+get_ctx_other = _S["get_ctx_other"]
+
+
+# --- logging: keep llama.cpp quiet, but remember its last lines for error messages ----------
+
+_recent_log: collections.deque[str] = collections.deque(maxlen=40)
+_log_lock = threading.Lock()
+_VERBOSE = bool(os.environ.get("LOCALSPEC_VERBOSE"))
+
+
+@C.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    msg = text.decode("utf-8", errors="replace")
+    with _log_lock:
+        _recent_log.append(msg)
+    if _VERBOSE:
+        print(msg, end="", file=sys.stderr, flush=True)
+
+
+C.llama_log_set(_log_callback, ctypes.c_void_p(0))  # the callback object lives at module level
+C.llama_backend_init()
+
+
+def clear_log() -> None:
+    with _log_lock:
+        _recent_log.clear()
+
+
+def last_errors(n: int = 3) -> str:
+    """The last few error-looking lines llama.cpp printed (for a readable exception)."""
+    with _log_lock:
+        lines = "".join(_recent_log).splitlines()
+    keep = [ln.strip() for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    return "; ".join(keep[-n:])
+
+
+# --- ggml type names for KV caches ---------------------------------------------------------
+
+KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "bf16": 30}
+
+
+# --- owners of native handles ----------------------------------------------------------------
+
+
+class NativeModel:
+    """Owns a ``llama_model *``; free it only after every context using it is freed."""
+
+    def __init__(self, path: str, *, n_gpu_layers: int, use_mmap: bool = True) -> None:
+        params = C.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.use_mmap = use_mmap
+        clear_log()
+        ptr = C.llama_model_load_from_file(os.fsencode(path), params)
+        if not ptr:
+            detail = last_errors() or "llama.cpp could not load it"
+            raise ModelFileError(f"cannot load model {path}: {detail}")
+        self.ptr = ptr
+        self.vocab = C.llama_model_get_vocab(ptr)
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = C.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    @property
+    def n_embd(self) -> int:
+        return int(C.llama_model_n_embd(self.ptr))
+
+    @property
+    def n_layer(self) -> int:
+        return int(C.llama_model_n_layer(self.ptr))
+
+    @property
+    def n_vocab(self) -> int:
+        return int(C.llama_vocab_n_tokens(self.vocab))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(C.llama_model_size(self.ptr))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            C.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+class NativeContext:
+    """Owns a ``llama_context *`` built on a NativeModel (freed before its model)."""
+
+    def __init__(
+        self,
+        model: NativeModel,
+        *,
+        n_ctx: int,
+        n_batch: int,
+        n_threads: int,
+        kv_type: str = "f16",
+        flash_attn: bool | None = None,
+        kv_unified: bool = True,
+        n_seq_max: int = 1,
+        ctx_other: NativeContext | None = None,
+        embeddings_nextn: bool = False,
+    ) -> None:
+        params = C.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.type_k = KV_TYPES[kv_type]
+        params.type_v = KV_TYPES[kv_type]
+        params.kv_unified = kv_unified
+        params.no_perf = True
+        if flash_attn is not None:
+            params.flash_attn_type = 1 if flash_attn else 0
+        if ctx_other is not None:
+            params.ctx_other = ctx_other.ptr
+        clear_log()
+        ptr = C.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            detail = last_errors() or "llama.cpp returned no context"
+            raise GenerationError(f"cannot create a llama.cpp context (n_ctx={n_ctx}): {detail}")
+        self.ptr = ptr
+        self.model = model
+        self.n_ctx = int(C.llama_n_ctx(ptr))
+        self.n_batch = n_batch
+        self.mem = C.llama_get_memory(ptr)
+        if embeddings_nextn:
+            # masked: rows only for batch entries that request output
+            set_embeddings_nextn(ptr, True, True)
+
+    def decode(self, batch: Batch, what: str) -> None:
+        rc = C.llama_decode(self.ptr, batch.struct)
+        if rc != 0:
+            detail = last_errors()
+            raise GenerationError(f"llama_decode failed on the {what} (code {rc}) {detail}".strip())
+
+    def encode(self, batch: Batch, what: str) -> None:
+        rc = C.llama_encode(self.ptr, batch.struct)
+        if rc != 0:
+            detail = last_errors()
+            raise GenerationError(f"llama_encode failed on the {what} (code {rc}) {detail}".strip())
+
+    def logits_ith(self, i: int, n_vocab: int) -> np.ndarray:
+        ptr = C.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise GenerationError(f"llama.cpp returned no logits for row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+
+    def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> None:
+        if not C.llama_memory_seq_rm(self.mem, seq, p0, p1):
+            raise GenerationError(f"llama.cpp could not remove KV positions {p0}..{p1}")
+
+    def seq_pos_max(self, seq: int = 0) -> int:
+        return int(C.llama_memory_seq_pos_max(self.mem, seq))
+
+    def clear(self) -> None:
+        C.llama_memory_clear(self.mem, True)
+
+    def set_threads(self, n_threads: int) -> None:
+        C.llama_set_n_threads(self.ptr, n_threads, n_threads)
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            C.llama_free(self.ptr)
+            self.ptr = None
+
+
+class Batch:
+    """A ``llama_batch`` whose arrays are numpy buffers we own (cheaper than llama_batch_init,
+    and it can carry token ids and embedding rows at once, which the eagle3 decoder needs)."""
+
+    def __init__(self, capacity: int, *, tokens: bool = True, embd: int = 0) -> None:
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq_ids = np.zeros((capacity, 1), dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self.embd = np.zeros((capacity, embd), dtype=np.float32) if embd else None
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
+            *[
+                ctypes.cast(self.seq_ids[i].ctypes.data, ctypes.POINTER(ctypes.c_int32))
+                for i in range(capacity)
+            ]
+        )
+        s = C.llama_batch()
+        s.n_tokens = 0
+        s.token = self.token.ctypes.data_as(ctypes.POINTER(C.llama_token)) if tokens else None
+        s.embd = self.embd.ctypes.data_as(_c_float_p) if self.embd is not None else None
+        s.pos = self.pos.ctypes.data_as(ctypes.POINTER(C.llama_pos))
+        s.n_seq_id = self.n_seq_id.ctypes.data_as(_c_int32_p)
+        s.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(C.llama_seq_id)))
+        s.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.struct = s
+
+    def set(self, n: int, pos0: int, *, all_logits: bool) -> None:
+        """Use the first n rows at consecutive positions pos0.. of sequence 0."""
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
+        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.logits[:n] = 1 if all_logits else 0
+        if not all_logits and n:
+            self.logits[n - 1] = 1
+        self.struct.n_tokens = n
+
+
+def float_rows(ptr: Any, n_rows: int, width: int) -> np.ndarray:
+    """View n_rows x width floats at a C pointer (valid until the next decode: copy to keep)."""
+    if not ptr:
+        raise GenerationError("llama.cpp returned no hidden-state rows")
+    return np.ctypeslib.as_array(ptr, shape=(n_rows, width))
+
+
+# --- GGUF headers through ggml's own C reader ------------------------------------------------
+# gguf-py's GGUFReader parses every tokenizer string in Python (6 s for a 49k-token vocab);
+# ggml's reader does the same in milliseconds, so metadata checks before loading use it.
+
+
+class _GGUFInitParams(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
+
+
+def _bind_c(name: str, argtypes: list[Any], restype: Any) -> Any:
+    try:
+        fn = getattr(C._lib, name)
+    except AttributeError:
+        raise NativeLibraryError(
+            f"libllama lacks {name}; install llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON}"
+        ) from None
+    fn.argtypes = argtypes
+    fn.restype = restype
+    return fn
+
+
+_vp = ctypes.c_void_p
+_g_init = _bind_c("gguf_init_from_file", [ctypes.c_char_p, _GGUFInitParams], _vp)
+_g_free = _bind_c("gguf_free", [_vp], None)
+_g_n_kv = _bind_c("gguf_get_n_kv", [_vp], ctypes.c_int64)
+_g_key = _bind_c("gguf_get_key", [_vp, ctypes.c_int64], ctypes.c_char_p)
+_g_kv_type = _bind_c("gguf_get_kv_type", [_vp, ctypes.c_int64], ctypes.c_int)
+_g_arr_type = _bind_c("gguf_get_arr_type", [_vp, ctypes.c_int64], ctypes.c_int)
+_g_val_data = _bind_c("gguf_get_val_data", [_vp, ctypes.c_int64], _vp)
+_g_val_str = _bind_c("gguf_get_val_str", [_vp, ctypes.c_int64], ctypes.c_char_p)
+_g_arr_n = _bind_c("gguf_get_arr_n", [_vp, ctypes.c_int64], ctypes.c_size_t)
+_g_arr_data = _bind_c("gguf_get_arr_data", [_vp, ctypes.c_int64], _vp)
+_g_arr_str = _bind_c("gguf_get_arr_str", [_vp, ctypes.c_int64, ctypes.c_size_t], ctypes.c_char_p)
+_g_n_tensors = _bind_c("gguf_get_n_tensors", [_vp], ctypes.c_int64)
+_g_t_name = _bind_c("gguf_get_tensor_name", [_vp, ctypes.c_int64], ctypes.c_char_p)
+_g_t_type = _bind_c("gguf_get_tensor_type", [_vp, ctypes.c_int64], ctypes.c_int)
+_g_t_ne = _bind_c("gguf_get_tensor_ne", [_vp, ctypes.c_int64], ctypes.POINTER(ctypes.c_int64))
+_g_t_offset = _bind_c("gguf_get_tensor_offset", [_vp, ctypes.c_int64], ctypes.c_size_t)
+_g_t_size = _bind_c("gguf_get_tensor_size", [_vp, ctypes.c_int64], ctypes.c_size_t)
+_g_data_offset = _bind_c("gguf_get_data_offset", [_vp], ctypes.c_size_t)
+
+# gguf_type -> numpy dtype for scalar and numeric array values
+_GGUF_NUMPY = {
+    0: np.uint8,
+    1: np.int8,
+    2: np.uint16,
+    3: np.int16,
+    4: np.uint32,
+    5: np.int32,
+    6: np.float32,
+    7: np.bool_,
+    10: np.uint64,
+    11: np.int64,
+    12: np.float64,
+}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+class GGUFTensorInfo:
+    __slots__ = ("name", "ggml_type", "shape", "offset", "nbytes")
+
+    def __init__(self, name: str, ggml_type: int, shape: tuple[int, ...], offset: int, nbytes: int):
+        self.name, self.ggml_type, self.shape = name, ggml_type, shape
+        self.offset, self.nbytes = offset, nbytes
+
+
+class GGUFHeader:
+    """Metadata and tensor table of a GGUF file, read without loading any weights.
+
+    ``kv`` holds scalars as Python values and arrays as lists; string arrays longer than
+    ``max_str_array`` (tokenizer vocabularies) are kept only as their length in ``kv_len``.
+    """
+
+    def __init__(self, path: str, *, max_str_array: int = 64) -> None:
+        if not os.path.isfile(path):
+            raise ModelFileError(f"no such file: {path}")
+        file_size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+        if magic != b"GGUF":
+            raise ModelFileError(f"{path} is not a GGUF file (bad magic {magic!r})")
+        clear_log()
+        ctx = _g_init(os.fsencode(path), _GGUFInitParams(True, None))
+        if not ctx:
+            detail = last_errors() or "corrupt or truncated header"
+            raise ModelFileError(f"cannot read GGUF header of {path}: {detail}")
+        try:
+            self.kv: dict[str, Any] = {}
+            self.kv_len: dict[str, int] = {}
+            self.kv_types: dict[str, tuple[int, int | None]] = {}  # (gguf type, array item type)
+            for i in range(_g_n_kv(ctx)):
+                key = _g_key(ctx, i).decode("utf-8", errors="replace")
+                self.kv[key], self.kv_len[key] = self._value(ctx, i, max_str_array)
+                t = _g_kv_type(ctx, i)
+                self.kv_types[key] = (t, _g_arr_type(ctx, i) if t == _GGUF_ARRAY else None)
+            self.tensors: dict[str, GGUFTensorInfo] = {}
+            data_offset = _g_data_offset(ctx)
+            end = data_offset
+            for i in range(_g_n_tensors(ctx)):
+                name = _g_t_name(ctx, i).decode()
+                ne = _g_t_ne(ctx, i)
+                shape = tuple(int(ne[d]) for d in range(4))
+                while len(shape) > 1 and shape[-1] == 1:
+                    shape = shape[:-1]
+                off, size = int(_g_t_offset(ctx, i)), int(_g_t_size(ctx, i))
+                self.tensors[name] = GGUFTensorInfo(name, int(_g_t_type(ctx, i)), shape, off, size)
+                end = max(end, data_offset + off + size)
+        finally:
+            _g_free(ctx)
+        if end > file_size:
+            raise ModelFileError(
+                f"{path} is truncated: its tensors need {end} bytes, the file has {file_size}"
+            )
+        self.path = path
+        self.file_size = file_size
+        self.data_offset = data_offset
+
+    @staticmethod
+    def _value(ctx: Any, i: int, max_str_array: int) -> tuple[Any, int]:
+        t = _g_kv_type(ctx, i)
+        if t == _GGUF_STRING:
+            return _g_val_str(ctx, i).decode("utf-8", errors="replace"), 1
+        if t in _GGUF_NUMPY:
+            raw = ctypes.string_at(_g_val_data(ctx, i), np.dtype(_GGUF_NUMPY[t]).itemsize)
+            return np.frombuffer(raw, dtype=_GGUF_NUMPY[t])[0].item(), 1
+        if t != _GGUF_ARRAY:
+            return None, 0
+        n, at = int(_g_arr_n(ctx, i)), _g_arr_type(ctx, i)
+        if at == _GGUF_STRING:
+            if n > max_str_array:
+                return None, n
+            return [_g_arr_str(ctx, i, j).decode("utf-8", errors="replace") for j in range(n)], n
+        if at in _GGUF_NUMPY and n:
+            dt = np.dtype(_GGUF_NUMPY[at] if at != 7 else np.int8)
+            raw = ctypes.string_at(_g_arr_data(ctx, i), n * dt.itemsize)
+            return np.frombuffer(raw, dtype=dt).tolist(), n
+        return [], n
+
+    @property
+    def architecture(self) -> str | None:
+        arch = self.kv.get("general.architecture")
+        return arch if isinstance(arch, str) else None
+
+    def arch_key(self, suffix: str) -> Any:
+        return self.kv.get(f"{self.architecture}.{suffix}")
+
+
+def vocab_texts(model: NativeModel) -> list[bytes]:
+    """Every token's text, read from the loaded vocabulary (for tokenizer comparisons)."""
+    get = C.llama_vocab_get_text
+    return [get(model.vocab, i) or b"" for i in range(model.n_vocab)]

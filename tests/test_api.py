@@ -1,0 +1,156 @@
+"""The public API: events, text, stop conditions, chat, propose, statistics, discovery."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import localspec
+
+import tinymodels as tm
+from conftest import EXACT
+
+
+@pytest.fixture(scope="module")
+def eng(models):
+    with localspec.load(models["target"], draft=models["draft31"], **EXACT) as e:
+        yield e
+
+
+def test_events_carry_text_tokens_and_acceptance(agree) -> None:
+    target, draft = agree
+    with localspec.load(target, draft=draft, **EXACT) as e:
+        evs = list(e.generate("abc", max_tokens=40, n_draft=4))
+    assert evs[-1].finish_reason == "length"
+    assert all(len(ev.tokens) == len(ev.accepted) for ev in evs)
+    tokens = [t for ev in evs for t in ev.tokens]
+    assert len(tokens) == 40
+    assert "".join(ev.text for ev in evs) == e_text(tokens)
+    assert any(len(ev.tokens) > 1 for ev in evs)  # several tokens per step
+    assert any(a for ev in evs for a in ev.accepted)
+
+
+def e_text(tokens: list[int]) -> str:
+    return bytes(tokens).decode()  # byte tokens below 256 are the bytes themselves
+
+
+def test_utf8_never_split(eng) -> None:
+    # The byte-level vocabulary emits multi-byte characters one byte per token: if an event
+    # split a character, its pieces would decode to U+FFFD and the joined text would differ.
+    prompt = list("é€😀".encode())
+    for seed in range(5):
+        evs = list(eng.generate(prompt * 2, max_tokens=150, temperature=1.5, seed=seed))
+        tokens = [t for ev in evs for t in ev.tokens]
+        whole = b"".join(eng._piece(t) for t in tokens).decode("utf-8", errors="replace")
+        assert "".join(ev.text for ev in evs) == whole
+
+
+def test_multibyte_characters_arrive_whole(agree) -> None:
+    # tokens 0xC3 0xA9 ('é') split across two events must come out as one character
+    from localspec.engine import _TextStream
+
+    ts = _TextStream([])
+    assert not ts.feed(b"\xc3")
+    assert ts.take(final=False) == ""
+    ts.feed(b"\xa9x")
+    assert ts.take(final=False) == "éx"
+
+
+def test_stop_string_cuts_text(agree) -> None:
+    target, draft = agree
+    with localspec.load(target, draft=draft, **EXACT) as e:
+        c = e.complete("abc", max_tokens=100, stop=["ghi"])
+        assert c.finish_reason == "stop"
+        assert c.text == "def"
+        c = e.complete("abc", max_tokens=100, stop="zab", n_draft=0)
+        assert c.text == "defghijklmnopqrstuvwxy"
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 8])
+def test_eos_ends_generation(tmp_path, k) -> None:
+    # a bigram target (and drafter) whose 'g' is followed by end-of-text
+    target, draft = tm.write_agreeing_pair(str(tmp_path), eos_after=ord("g"))
+    with localspec.load(target, draft=draft, **EXACT) as e:
+        c = e.complete("abc", max_tokens=50, n_draft=k)
+        assert c.finish_reason == "eos"
+        assert c.text == "defg"
+        assert tm.EOS not in c.tokens
+
+
+def test_context_full_ends_cleanly(models) -> None:
+    with localspec.load(models["target"], draft=models["draft"], **{**EXACT, "n_ctx": 64}) as e:
+        c = e.complete("hello", max_tokens=500, n_draft=4)
+        assert c.finish_reason == "context_full"
+        plain = e.complete("hello", max_tokens=500, n_draft=0)
+        assert plain.finish_reason == "context_full"
+        assert c.tokens == plain.tokens
+        # the context fills up, and the target's prediction after its last position is emitted too
+        assert len(e.tokenize("hello")) + len(c.tokens) == e.target.n_ctx + 1
+
+
+def test_max_tokens_zero_and_one(eng) -> None:
+    assert eng.complete("hi", max_tokens=0).tokens == []
+    assert len(eng.complete("hi", max_tokens=1).tokens) == 1
+
+
+def test_chat_uses_gguf_template(eng) -> None:
+    prompt, stops = eng.format_chat([{"role": "user", "content": "Hi"}])
+    assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    evs = list(eng.chat([{"role": "user", "content": "Hi"}], max_tokens=20))
+    assert evs[-1].finish_reason in ("length", "eos", "stop")
+    assert "<|im_start|>" not in "".join(ev.text for ev in evs)
+
+
+def test_propose_matches_manual_draft(agree) -> None:
+    target, draft = agree
+    with localspec.load(target, draft=draft, **EXACT) as e:
+        # the target says 'd' after "abc"; the drafter continues e f g h
+        assert e.propose("abc", k=4) == [*b"efgh"]
+
+
+def test_stats_cumulate(models) -> None:
+    with localspec.load(models["target"], draft=models["draft"], **EXACT) as e:
+        a = e.complete("hello", max_tokens=30, n_draft=3).stats
+        b = e.complete("world", max_tokens=20, n_draft=3).stats
+        s = e.stats
+        assert s.generations == 2
+        assert s.generated == a.generated + b.generated
+        assert s.steps == a.steps + b.steps
+        assert s.drafted == a.drafted + b.drafted == 3 * (a.steps + b.steps) - _tail_cut(a, b)
+        assert len(s.acceptance_at) == 3
+        assert s.tau == pytest.approx((s.accepted + s.steps) / s.steps)
+        assert s.t_target > 0 and s.t_draft > 0 and s.t_glue > 0
+        assert a.tokens_per_s > 0
+
+
+def _tail_cut(a, b) -> int:
+    # the final steps draft fewer tokens so as not to overshoot max_tokens
+    return 3 * (a.steps + b.steps) - (a.drafted + b.drafted)
+
+
+def test_drafter_found_next_to_target(models, tmp_path) -> None:
+    t = str(tmp_path / "m.gguf")
+    shutil.copy(models["target"], t)
+    with localspec.load(t, **EXACT) as e:
+        assert e.drafter is None and "no drafter" in e.drafter_note
+    shutil.copy(models["draft"], str(tmp_path / "m.eagle3.gguf"))
+    with localspec.load(t, **EXACT) as e:
+        assert e.draft_path == str(tmp_path / "m.eagle3.gguf")
+    with localspec.load(t, draft=False, **EXACT) as e:
+        assert e.drafter is None
+
+
+def test_recorded_drafter_found_by_header(models, tmp_path) -> None:
+    t = str(tmp_path / "m.gguf")
+    shutil.copy(models["target"], t)
+    shutil.copy(models["draft31"], str(tmp_path / "some-drafter.gguf"))
+    with localspec.load(t, **EXACT) as e:
+        assert e.draft_path == str(tmp_path / "some-drafter.gguf")
+        assert "EAGLE-3.1" in e.drafter_note
+
+
+def test_close_is_idempotent(models) -> None:
+    e = localspec.load(models["target"], draft=models["draft"], **EXACT)
+    e.close()
+    e.close()

@@ -1,0 +1,168 @@
+"""Bad files, mismatched pairs and absurd parameters raise localspec's errors, never crash."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import localspec
+from localspec import (
+    InvalidParameterError,
+    LocalspecError,
+    ModelFileError,
+    PairMismatchError,
+    UnsupportedModelError,
+)
+
+import tinymodels as tm
+from conftest import EXACT
+
+
+def test_missing_target(tmp_path) -> None:
+    with pytest.raises(ModelFileError, match="no such file"):
+        localspec.load(str(tmp_path / "nope.gguf"), draft=False)
+
+
+def test_not_a_gguf(tmp_path) -> None:
+    p = tmp_path / "junk.gguf"
+    p.write_bytes(b"this is not a model" * 100)
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        localspec.load(str(p), draft=False)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, 0.01])
+def test_truncated_target(models, tmp_path, keep) -> None:
+    src = models["target"]
+    p = tmp_path / "cut.gguf"
+    data = Path(src).read_bytes()
+    p.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ModelFileError):
+        localspec.load(str(p), draft=False)
+
+
+def test_truncated_drafter(models, tmp_path) -> None:
+    data = Path(models["draft"]).read_bytes()
+    p = tmp_path / "cut.eagle3.gguf"
+    p.write_bytes(data[: len(data) - 100])
+    with pytest.raises(ModelFileError, match="truncated"):
+        localspec.load(models["target"], draft=str(p))
+
+
+def test_drafter_is_not_eagle3(models) -> None:
+    with pytest.raises(UnsupportedModelError, match="not an EAGLE-3 drafter"):
+        localspec.load(models["target"], draft=models["target"])
+
+
+def test_untappable_target_refused_before_abort(tmp_path, models) -> None:
+    # a real qwen2 GGUF (same tensors as llama): llama.cpp would GGML_ASSERT on a tap
+    t = tm.write_target(
+        str(tmp_path / "q2.gguf"), tm.TargetShape(arch="qwen2"), weights=_qwen2_biases()
+    )
+    d = tm.write_drafter(str(tmp_path / "q2.eagle3.gguf"), t)
+    with pytest.raises(UnsupportedModelError, match="qwen2"):
+        localspec.load(t, draft=d)
+    # without a drafter the same file still runs as a plain target
+    with localspec.load(t, draft=False, **EXACT) as eng:
+        assert eng.complete("hi", max_tokens=5).tokens
+
+
+def _qwen2_biases() -> dict:
+    import numpy as np
+
+    s = tm.TargetShape()
+    hd = s.n_embd // s.n_head
+    out = {}
+    for i in range(s.n_layer):
+        out[f"blk.{i}.attn_q.bias"] = np.zeros(s.n_head * hd, dtype=np.float32)
+        out[f"blk.{i}.attn_k.bias"] = np.zeros(s.n_head_kv * hd, dtype=np.float32)
+        out[f"blk.{i}.attn_v.bias"] = np.zeros(s.n_head_kv * hd, dtype=np.float32)
+    return out
+
+
+def test_hidden_size_mismatch(models, tmp_path) -> None:
+    other = tm.write_target(str(tmp_path / "wide.gguf"), tm.TargetShape(n_embd=96))
+    d = tm.write_drafter(
+        str(tmp_path / "wide.eagle3.gguf"),
+        other,
+        tm.DrafterShape(n_embd=96),
+        target=tm.TargetShape(n_embd=96),
+    )
+    with pytest.raises(PairMismatchError, match="hidden size"):
+        localspec.load(models["target"], draft=d)
+
+
+def test_width_mismatch_while_borrowing_embeddings(models, tmp_path) -> None:
+    # a drafter narrower than the target that borrows the target's embeddings: SIGABRT in C++
+    d = tm.write_drafter(
+        str(tmp_path / "narrow.gguf"), models["target"], tm.DrafterShape(n_embd=32, n_ff=64)
+    )
+    with pytest.raises(PairMismatchError, match="borrows"):
+        localspec.load(models["target"], draft=d)
+
+
+def test_taps_outside_target(models, tmp_path) -> None:
+    d = tm.write_drafter(
+        str(tmp_path / "deep.gguf"), models["target"], tm.DrafterShape(taps=(1, 2, 9))
+    )
+    with pytest.raises(PairMismatchError, match="layer 9"):
+        localspec.load(models["target"], draft=d)
+
+
+def test_different_tokenizer(models, tmp_path) -> None:
+    d = tm.write_drafter(str(tmp_path / "d.gguf"), models["target"])
+    # same vocabulary size, different token texts: swap the tokens "a" and "b"
+    other = str(tmp_path / "other.gguf")
+    shutil.copy(models["target"], other)
+    data = bytearray(Path(other).read_bytes())
+    one = b"\x01" + b"\x00" * 7
+    i = data.find(one + b"a" + one + b"b")
+    assert i > 0
+    data[i + 8] = ord("b")
+    data[i + 17] = ord("a")
+    Path(other).write_bytes(bytes(data))
+    with pytest.raises(PairMismatchError, match="tokenizer"):
+        localspec.load(other, draft=d)
+
+
+def test_absurd_parameters(models) -> None:
+    with pytest.raises(InvalidParameterError):
+        localspec.load(models["target"], draft=models["draft"], n_draft=1000)
+    with pytest.raises(InvalidParameterError):
+        localspec.load(models["target"], draft=models["draft"], n_threads=0)
+    with pytest.raises(InvalidParameterError):
+        localspec.load(models["target"], draft=models["draft"], kv_type="f7")
+    with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
+        for kw in (
+            {"temperature": -1.0},
+            {"temperature": float("nan")},
+            {"top_p": 0.0},
+            {"top_k": -3},
+            {"max_tokens": -5},
+            {"n_draft": 99},
+            {"seed": -1},
+            {"stop": [""]},
+        ):
+            with pytest.raises(InvalidParameterError):
+                eng.complete("hi", **kw)
+        with pytest.raises(InvalidParameterError):
+            eng.complete("")
+        with pytest.raises(InvalidParameterError):
+            eng.complete([10**9])
+        with pytest.raises(LocalspecError):
+            eng.chat([])
+
+
+def test_prompt_longer_than_context(models) -> None:
+    small = {**EXACT, "n_ctx": 64}
+    with (
+        localspec.load(models["target"], draft=models["draft"], **small) as eng,
+        pytest.raises(localspec.ContextFullError),
+    ):
+        eng.complete("word " * 200)
+
+
+def test_all_errors_are_localspec_errors() -> None:
+    for cls in (ModelFileError, PairMismatchError, UnsupportedModelError, InvalidParameterError):
+        assert issubclass(cls, LocalspecError)

@@ -1,0 +1,138 @@
+"""Speculative sampling keeps the target's output distribution exactly (statistical test)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import localspec
+from localspec import speculative
+from localspec.sampling import SamplingParams, probs
+
+import tinymodels as tm
+from conftest import EXACT
+
+SP = {"temperature": 30.0, "top_k": 3}
+N_SAMPLES = 3000
+LEN = 3
+
+
+def chi2_critical(df: int, z: float = 3.09) -> float:
+    """Upper critical value of chi-square at p ~ 0.001 (Wilson-Hilferty approximation)."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def exact_distribution(eng, prompt: list[int]) -> dict[tuple[int, ...], float]:
+    """P(t1, t2, t3) from the target's own logits, one context at a time (a sequence ends
+    early at an end-of-generation token, which is not emitted)."""
+    sp = SamplingParams(**SP)
+    tgt = eng.target
+    tgt.set_taps_active(False)
+
+    def dist(ctx: list[int]) -> np.ndarray:
+        tgt.ctx.clear()
+        return probs(np.array(tgt.decode(ctx, 0, all_logits=False)[0]), sp)
+
+    out: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(LEN):
+        nxt = {}
+        for seq, pr in out.items():
+            if len(seq) and seq[-1] < 0:  # ended
+                nxt[seq] = pr
+                continue
+            p = dist(prompt + list(seq))
+            for t in np.nonzero(p)[0]:
+                key = (*seq, -1) if eng._eog[t] else (*seq, int(t))
+                nxt[key] = nxt.get(key, 0.0) + pr * p[t]
+        out = nxt
+    return out
+
+
+def chi2_of_samples(eng, prompt: list[int], expected: dict) -> tuple[float, int, float]:
+    counts: dict[tuple[int, ...], int] = {}
+    accepted = 0
+    for seed in range(N_SAMPLES):
+        c = eng.complete(prompt, max_tokens=LEN, n_draft=2, seed=seed, **SP)
+        key = (*c.tokens, -1) if c.finish_reason == "eos" else tuple(c.tokens)
+        counts[key] = counts.get(key, 0) + 1
+        accepted += c.stats.accepted
+    # pool cells with small expectation so the chi-square approximation holds
+    stat, pooled_e, pooled_o, df = 0.0, 0.0, 0, -1
+    for key, p in expected.items():
+        e, o = p * N_SAMPLES, counts.pop(key, 0)
+        if e < 5:
+            pooled_e += e
+            pooled_o += o
+            continue
+        stat += (o - e) ** 2 / e
+        df += 1
+    pooled_o += sum(counts.values())  # anything outside the support lands here
+    if pooled_e > 0:
+        stat += (pooled_o - pooled_e) ** 2 / pooled_e
+        df += 1
+    elif pooled_o:
+        stat = math.inf
+    return stat, df, accepted / N_SAMPLES
+
+
+@pytest.fixture(scope="module")
+def noisy_pair(tmp_path_factory):
+    return tm.write_agreeing_pair(
+        str(tmp_path_factory.mktemp("noisy")), head_noise=0.2, name="noisy"
+    )
+
+
+def test_speculative_sampling_matches_target_distribution(noisy_pair) -> None:
+    target, draft = noisy_pair
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt)
+        assert abs(sum(expected.values()) - 1) < 1e-9
+        stat, df, acc = chi2_of_samples(eng, prompt, expected)
+    # both paths ran: drafts were accepted and rejected
+    assert 0.2 < acc / 2 < 0.95, acc
+    assert df >= 5
+    assert stat < chi2_critical(df), (stat, df)
+
+
+def test_the_check_catches_a_biased_sampler(noisy_pair, monkeypatch) -> None:
+    """Negative control: accepting every draft is not lossless, and the test says so."""
+    target, draft = noisy_pair
+
+    def accept_all(logits, drafts, qs, sp, rng):
+        return len(drafts), speculative.sample(probs(logits[len(drafts)], sp), rng)
+
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt)
+        monkeypatch.setattr(speculative, "accept", accept_all)
+        stat, df, _ = chi2_of_samples(eng, prompt, expected)
+    assert stat > chi2_critical(df), (stat, df)
+
+
+def test_plain_sampling_is_seeded_and_reproducible(models) -> None:
+    with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
+        a = eng.complete("hello", max_tokens=30, temperature=0.8, top_p=0.9, seed=42).tokens
+        b = eng.complete("hello", max_tokens=30, temperature=0.8, top_p=0.9, seed=42).tokens
+        c = eng.complete("hello", max_tokens=30, temperature=0.8, top_p=0.9, seed=43).tokens
+    assert a == b
+    assert a != c
+
+
+def test_probs_filters() -> None:
+    logits = np.array([3.0, 2.0, 1.0, 0.0, -1.0])
+    p = probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert np.count_nonzero(p) == 2 and p[0] > p[1] > 0
+    p = probs(logits, SamplingParams(temperature=1.0, top_p=0.5))
+    assert np.count_nonzero(p) == 1
+    full = np.exp(logits - logits.max())
+    full /= full.sum()
+    np.testing.assert_allclose(probs(logits, SamplingParams(temperature=1.0)), full)
+    assert list(itertools.islice(np.nonzero(probs(logits, SamplingParams(1.0, 0, 0.9)))[0], 5)) == [
+        0,
+        1,
+        2,
+    ]

@@ -1,0 +1,294 @@
+"""Tiny GGUF targets and eagle3 drafters, written with `gguf` so tests download nothing.
+
+The target is a real `llama` GGUF with a byte-level BPE tokenizer (GPT-2 style, 256 byte tokens
+plus a few merges and ChatML specials) and a ChatML chat template.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import gguf
+import numpy as np
+
+from localspec.converters.eagle3_gguf import Eagle3Config, write_eagle3_gguf
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _byte_tokens() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 bytes, in byte order."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "Ġ s", "r e", "a n"]
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def vocab() -> tuple[list[str], list[int]]:
+    tokens = _byte_tokens() + ["".join(m.split()) for m in MERGES] + SPECIALS
+    types = [1] * (len(tokens) - len(SPECIALS)) + [3] * len(SPECIALS)  # 1 normal, 3 control
+    return tokens, types
+
+
+N_VOCAB = len(vocab()[0])
+EOS = N_VOCAB - 3  # <|endoftext|>
+IM_END = N_VOCAB - 1
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    n_embd: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    n_ctx: int = 2048
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    arch: str = "llama"
+
+
+def _add_tokenizer(w: gguf.GGUFWriter) -> None:
+    tokens, types = vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(EOS)
+    w.add_eos_token_id(EOS)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML)
+
+
+def write_target(
+    path: str, shape: TargetShape = TargetShape(), *, seed: int = 0, weights: dict | None = None
+) -> str:
+    """A random llama target; ``weights`` overrides tensors by GGUF name."""
+    rng = np.random.default_rng(seed)
+    s = shape
+    hd = s.n_embd // s.n_head
+
+    def rnd(*shape_: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape_) * scale / np.sqrt(shape_[-1])).astype(np.float32)
+
+    head = rnd(N_VOCAB, s.n_embd, scale=4.0)
+    head[-len(SPECIALS) :] = 0.0  # specials score 0 and so never win: long runs never end early
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": rnd(N_VOCAB, s.n_embd, scale=np.sqrt(s.n_embd)),
+        "output_norm.weight": np.ones(s.n_embd, dtype=np.float32),
+        "output.weight": head,
+    }
+    for i in range(s.n_layer):
+        t[f"blk.{i}.attn_norm.weight"] = np.ones(s.n_embd, dtype=np.float32)
+        t[f"blk.{i}.attn_q.weight"] = rnd(s.n_head * hd, s.n_embd)
+        t[f"blk.{i}.attn_k.weight"] = rnd(s.n_head_kv * hd, s.n_embd)
+        t[f"blk.{i}.attn_v.weight"] = rnd(s.n_head_kv * hd, s.n_embd)
+        t[f"blk.{i}.attn_output.weight"] = rnd(s.n_embd, s.n_head * hd)
+        t[f"blk.{i}.ffn_norm.weight"] = np.ones(s.n_embd, dtype=np.float32)
+        t[f"blk.{i}.ffn_gate.weight"] = rnd(s.n_ff, s.n_embd)
+        t[f"blk.{i}.ffn_up.weight"] = rnd(s.n_ff, s.n_embd)
+        t[f"blk.{i}.ffn_down.weight"] = rnd(s.n_embd, s.n_ff)
+    t.update(weights or {})
+
+    w = gguf.GGUFWriter(path, s.arch)
+    w.add_name("tiny test target")
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_layer_norm_rms_eps(s.rms_eps)
+    w.add_rope_freq_base(s.rope_theta)
+    w.add_rope_dimension_count(hd)
+    w.add_vocab_size(N_VOCAB)
+    w.add_file_type(0)
+    _add_tokenizer(w)
+    for name, arr in t.items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@dataclass(frozen=True)
+class DrafterShape:
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 96
+    taps: tuple[int, int, int] = (1, 2, 3)
+    norm_before_fc: bool = False
+    norm_before_residual: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+    own_embeddings: bool = False  # carry token_embd/output instead of borrowing the target's
+    draft_vocab: int | None = None  # with d2t: the first draft_vocab... ids chosen at random
+
+
+def drafter_tensors(
+    ds: DrafterShape, target_hidden: int, *, seed: int = 1, scale: float = 1.0
+) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    d = ds.n_embd
+    hd = d // ds.n_head
+
+    def rnd(*shape_: int, s: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape_) * s * scale / np.sqrt(shape_[-1])).astype(np.float32)
+
+    def norm_w(n: int) -> np.ndarray:
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    t = {
+        "fc.weight": rnd(d, 3 * target_hidden, s=np.sqrt(3.0)),
+        "output_norm.weight": norm_w(d),
+        "blk.0.attn_norm.weight": norm_w(d),
+        "blk.0.attn_norm_2.weight": norm_w(d),
+        "blk.0.attn_q.weight": rnd(ds.n_head * hd, 2 * d),
+        "blk.0.attn_k.weight": rnd(ds.n_head_kv * hd, 2 * d),
+        "blk.0.attn_v.weight": rnd(ds.n_head_kv * hd, 2 * d),
+        "blk.0.attn_output.weight": rnd(d, ds.n_head * hd),
+        "blk.0.ffn_norm.weight": norm_w(d),
+        "blk.0.ffn_gate.weight": rnd(ds.n_ff, d),
+        "blk.0.ffn_up.weight": rnd(ds.n_ff, d),
+        "blk.0.ffn_down.weight": rnd(d, ds.n_ff),
+    }
+    if ds.norm_before_fc:
+        t["enc.output_norm.weight"] = norm_w(3 * target_hidden)
+    n_out = ds.draft_vocab or N_VOCAB
+    if ds.own_embeddings or ds.draft_vocab:
+        t["output.weight"] = rnd(n_out, d, s=4.0)
+    if ds.own_embeddings:
+        t["token_embd.weight"] = rnd(N_VOCAB, d, s=np.sqrt(d))
+    if ds.draft_vocab:
+        ids = np.sort(rng.choice(N_VOCAB, size=ds.draft_vocab, replace=False))
+        t["d2t"] = ids.astype(np.int64)
+    return t
+
+
+def write_drafter(
+    path: str,
+    target_path: str,
+    ds: DrafterShape = DrafterShape(),
+    *,
+    target: TargetShape = TargetShape(),
+    seed: int = 1,
+    tensors: dict[str, np.ndarray] | None = None,
+) -> str:
+    cfg = Eagle3Config(
+        n_embd=ds.n_embd,
+        n_ff=ds.n_ff,
+        n_head=ds.n_head,
+        n_head_kv=ds.n_head_kv,
+        rms_eps=1e-5,
+        rope_theta=10000.0,
+        context_length=target.n_ctx,
+        target_layers=ds.taps,
+        target_hidden=target.n_embd,
+        norm_before_fc=ds.norm_before_fc,
+        norm_before_residual=ds.norm_before_residual,
+        fc_norm=ds.fc_norm,
+        norm_output=ds.norm_output,
+    )
+    t = tensors if tensors is not None else drafter_tensors(ds, target.n_embd, seed=seed)
+    write_eagle3_gguf(path, cfg, t, target_path)
+    return path
+
+
+# --- a pair built to agree -------------------------------------------------------------------
+# The target is a bigram "counter": embeddings are one-hot, every layer adds nothing (zero
+# output projections), and the head maps token t to sigma(t), the next letter a..z cyclically.
+# The drafter reads t_P from the taps (g = one-hot of t_P), its FFN maps one-hot(t) to
+# one-hot(sigma(t)) on the residual, and its head predicts sigma of that: sigma^2(t_P) = the
+# token after next, which is exactly what the target will say. Feeding h back continues the
+# chain, so the drafter agrees with the target at every depth.
+
+AGREE_EMBD = 288  # >= N_VOCAB so every token has its own one-hot direction
+LETTERS = [ord(c) for c in "abcdefghijklmnopqrstuvwxyz"]
+
+
+def sigma() -> np.ndarray:
+    s = np.array(LETTERS[0:1] * N_VOCAB)  # everything else goes to 'a'
+    for i, c in enumerate(LETTERS):
+        s[c] = LETTERS[(i + 1) % len(LETTERS)]
+    return s
+
+
+def write_agreeing_pair(
+    folder: str,
+    *,
+    break_at: int | None = None,
+    head_noise: float = 0.0,
+    eos_after: int | None = None,
+    name: str = "agree",
+) -> tuple[str, str]:
+    """Target and drafter that agree; with break_at=c the drafter is wrong after letter c.
+    head_noise adds random logits to the (shared) head, so sampling has real choices."""
+    d = AGREE_EMBD
+    ts = TargetShape(n_embd=d, n_layer=4, n_head=4, n_head_kv=4, n_ff=32)
+    sg = sigma()
+    if eos_after is not None:
+        sg[eos_after] = EOS
+    eye = np.eye(N_VOCAB, d, dtype=np.float32)
+    head = np.zeros((N_VOCAB, d), dtype=np.float32)
+    head[sg, np.arange(N_VOCAB)] = 1.0  # logit of sigma(t) is high for one-hot(t)
+    if head_noise:
+        head += np.random.default_rng(5).standard_normal(head.shape).astype(np.float32) * head_noise
+    w: dict[str, np.ndarray] = {"token_embd.weight": eye, "output.weight": head * 4.0}
+    for i in range(ts.n_layer):
+        w[f"blk.{i}.attn_output.weight"] = np.zeros((d, d), dtype=np.float32)
+        w[f"blk.{i}.ffn_down.weight"] = np.zeros((d, ts.n_ff), dtype=np.float32)
+    tpath = write_target(os.path.join(folder, f"{name}.gguf"), ts, weights=w)
+
+    ds = DrafterShape(
+        n_embd=d, n_head=4, n_head_kv=4, n_ff=N_VOCAB, taps=(0, 1, 2), own_embeddings=False
+    )
+    t = drafter_tensors(ds, d, seed=3)
+    fc = np.zeros((d, 3 * d), dtype=np.float32)
+    fc[:, :d] = np.eye(d)  # g = the first tap = one-hot(t_P)
+    t["fc.weight"] = fc
+    t["blk.0.attn_output.weight"] = np.zeros((d, d), dtype=np.float32)  # attention adds nothing
+    for norm_name in (
+        "output_norm.weight",
+        "blk.0.attn_norm.weight",
+        "blk.0.attn_norm_2.weight",
+        "blk.0.ffn_norm.weight",
+    ):
+        t[norm_name] = np.ones(d, dtype=np.float32)
+    # FFN on x = rms_norm(one-hot(t)) = sqrt(d) * one-hot(t): gate/up pick coordinate t,
+    # down writes one-hot(sigma(t)) - one-hot(t), so h = one-hot(sigma(t)).
+    big = 8.0
+    t["blk.0.ffn_gate.weight"] = (np.eye(N_VOCAB, d) * big).astype(np.float32)
+    t["blk.0.ffn_up.weight"] = np.eye(N_VOCAB, d, dtype=np.float32)
+    xi = np.sqrt(d)
+    act = xi * big / (1 + np.exp(-xi * big)) * xi  # silu(gate x) * up x at the hot coordinate
+    down = np.zeros((d, N_VOCAB), dtype=np.float32)
+    for tok in range(N_VOCAB):
+        nxt = sg[tok]
+        if break_at is not None and tok == break_at:
+            nxt = LETTERS[0]  # a deliberate disagreement
+        down[nxt, tok] += 1.0 / act
+        down[tok, tok] -= 1.0 / act
+    t["blk.0.ffn_down.weight"] = down
+    ds_path = os.path.join(folder, f"{name}.eagle3.gguf")
+    write_drafter(ds_path, tpath, ds, target=ts, tensors=t)
+    return tpath, ds_path
+
+
+def with_flags(ds: DrafterShape, **kw: object) -> DrafterShape:
+    return replace(ds, **kw)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ test:
 lint:
 	ruff check .
 	ruff format --check .
+	mypy localspec converters tui
 
 format:
 	ruff format .

@@ -19,6 +19,7 @@ import numpy as np
 from localspec import _native as N
 from localspec import gguf_keys as K
 from localspec.errors import ModelFileError
+from localspec.target import vocab_fingerprint
 
 
 @dataclass
@@ -39,22 +40,31 @@ class Eagle3Config:
     norm_output: bool = False
 
 
-def target_record(target_path: str) -> dict[str, object]:
+@dataclass
+class TargetRecord:
     """What a drafter records about its target, read from the target GGUF."""
-    from localspec.target import vocab_fingerprint
 
+    header: N.GGUFHeader
+    architecture: str
+    block_count: int
+    embedding_length: int
+    vocab_size: int
+    vocab_fingerprint: str
+
+
+def target_record(target_path: str) -> TargetRecord:
     h = N.GGUFHeader(target_path, max_str_array=1 << 30)
     tokens = h.kv.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list):
         raise ModelFileError(f"{target_path} has no tokenizer.ggml.tokens")
-    return {
-        "header": h,
-        "architecture": h.architecture or "",
-        "block_count": int(h.arch_key("block_count") or 0),
-        "embedding_length": int(h.arch_key("embedding_length") or 0),
-        "vocab_size": len(tokens),
-        "vocab_fingerprint": vocab_fingerprint([t.encode("utf-8") for t in tokens]),
-    }
+    return TargetRecord(
+        header=h,
+        architecture=h.architecture or "",
+        block_count=int(h.arch_key("block_count") or 0),
+        embedding_length=int(h.arch_key("embedding_length") or 0),
+        vocab_size=len(tokens),
+        vocab_fingerprint=vocab_fingerprint([t.encode("utf-8") for t in tokens]),
+    )
 
 
 def _copy_tokenizer(w: gguf.GGUFWriter, h: N.GGUFHeader) -> None:
@@ -75,7 +85,10 @@ def write_eagle3_gguf(
     target_path: str,
     *,
     name: str = "eagle3 drafter",
+    localspec_keys: bool = True,
 ) -> None:
+    """localspec_keys=False writes only what llama.cpp's own converter writes (plain EAGLE-3,
+    no recorded target), as used to check that such files load."""
     rec = target_record(target_path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".localspec-", suffix=".gguf.part", dir=folder)
@@ -92,23 +105,23 @@ def write_eagle3_gguf(
         w.add_layer_norm_rms_eps(cfg.rms_eps)
         w.add_rope_freq_base(cfg.rope_theta)
         w.add_rope_dimension_count(cfg.n_embd // cfg.n_head)
-        w.add_vocab_size(int(rec["vocab_size"]))  # type: ignore[arg-type]
+        w.add_vocab_size(rec.vocab_size)
         w.add_array(K.TARGET_LAYERS, [int(x) for x in cfg.target_layers])
         w.add_uint32(K.TARGET_HIDDEN_SIZE, cfg.target_hidden)
         w.add_bool(K.NORM_BEFORE_FC, cfg.norm_before_fc)
         w.add_bool(K.NORM_BEFORE_RESIDUAL, cfg.norm_before_residual)
-        w.add_uint32(K.FORMAT_VERSION, 1)
-        w.add_bool(K.FC_NORM, cfg.fc_norm)
-        w.add_float32(
-            K.FC_NORM_EPS, cfg.fc_norm_eps if cfg.fc_norm_eps is not None else cfg.rms_eps
-        )
-        w.add_bool(K.NORM_OUTPUT, cfg.norm_output)
-        w.add_string(K.TARGET_ARCH, str(rec["architecture"]))
-        w.add_uint32(K.TARGET_BLOCK_COUNT, int(rec["block_count"]))  # type: ignore[arg-type]
-        w.add_uint32(K.TARGET_EMBEDDING_LENGTH, int(rec["embedding_length"]))  # type: ignore[arg-type]
-        w.add_uint32(K.TARGET_VOCAB_SIZE, int(rec["vocab_size"]))  # type: ignore[arg-type]
-        w.add_string(K.TARGET_VOCAB_FINGERPRINT, str(rec["vocab_fingerprint"]))
-        _copy_tokenizer(w, rec["header"])  # type: ignore[arg-type]
+        if localspec_keys:
+            eps = cfg.fc_norm_eps if cfg.fc_norm_eps is not None else cfg.rms_eps
+            w.add_uint32(K.FORMAT_VERSION, 1)
+            w.add_bool(K.FC_NORM, cfg.fc_norm)
+            w.add_float32(K.FC_NORM_EPS, eps)
+            w.add_bool(K.NORM_OUTPUT, cfg.norm_output)
+            w.add_string(K.TARGET_ARCH, rec.architecture)
+            w.add_uint32(K.TARGET_BLOCK_COUNT, rec.block_count)
+            w.add_uint32(K.TARGET_EMBEDDING_LENGTH, rec.embedding_length)
+            w.add_uint32(K.TARGET_VOCAB_SIZE, rec.vocab_size)
+            w.add_string(K.TARGET_VOCAB_FINGERPRINT, rec.vocab_fingerprint)
+        _copy_tokenizer(w, rec.header)
         for tname, arr in tensors.items():
             w.add_tensor(tname, np.ascontiguousarray(arr))
         w.write_header_to_file()

@@ -189,7 +189,7 @@ class NativeModel:
         if not ptr:
             detail = last_errors() or "llama.cpp could not load it"
             raise ModelFileError(f"cannot load model {path}: {detail}")
-        self.ptr = ptr
+        self.ptr: Any = ptr
         self.vocab = C.llama_model_get_vocab(ptr)
 
     def meta(self, key: str) -> str | None:
@@ -256,7 +256,7 @@ class NativeContext:
         if not ptr:
             detail = last_errors() or "llama.cpp returned no context"
             raise GenerationError(f"cannot create a llama.cpp context (n_ctx={n_ctx}): {detail}")
-        self.ptr = ptr
+        self.ptr: Any = ptr
         self.model = model
         self.n_ctx = int(C.llama_n_ctx(ptr))
         self.n_batch = n_batch
@@ -320,7 +320,7 @@ class Batch:
                 for i in range(capacity)
             ]
         )
-        s = C.llama_batch()
+        s: Any = C.llama_batch()
         s.n_tokens = 0
         s.token = self.token.ctypes.data_as(ctypes.POINTER(C.llama_token)) if tokens else None
         s.embd = self.embd.ctypes.data_as(_c_float_p) if self.embd is not None else None

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Literal
 
 from . import __version__
 from .errors import LocalspecError
@@ -73,7 +74,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if sys.stdin is None or sys.stdin.isatty():
             raise LocalspecError("give a prompt with --prompt/-p or on standard input")
         prompt = sys.stdin.read()
-    draft = False if args.no_draft else args.draft
+    draft: str | Literal[False] | None = False if args.no_draft else args.draft
     with load(
         args.target,
         draft=draft,

@@ -14,7 +14,7 @@ import numpy as np
 from . import _native as N
 from . import gguf_keys as K
 from .errors import ModelFileError, PairMismatchError, UnsupportedModelError
-from .target import Target
+from .target import Target, vocab_fingerprint
 
 _NORM_DTYPES = {0: np.float32, 1: np.float16}  # ggml types we accept for norm vectors
 
@@ -169,14 +169,15 @@ class Drafter:
         ids = N.model_target_layer_ids(self.model.ptr)
         if tuple(ids[i] for i in range(n)) != self.spec.taps:
             raise ModelFileError(f"{self.spec.path}: llama.cpp reads different tap ids")
-        if self.spec.target_record["vocab_fingerprint"] is None:
-            # No recorded target (e.g. made by llama.cpp's converter): compare tokenizers.
-            from .target import vocab_fingerprint
-
-            if vocab_fingerprint(N.vocab_texts(self.model)) != target.vocab_fingerprint:
-                raise PairMismatchError(
-                    f"drafter {self.spec.path} carries a different tokenizer than {target.path}"
-                )
+        # No recorded target (e.g. made by llama.cpp's converter): compare the tokenizers.
+        recorded = self.spec.target_record["vocab_fingerprint"]
+        if (
+            recorded is None
+            and vocab_fingerprint(N.vocab_texts(self.model)) != target.vocab_fingerprint
+        ):
+            raise PairMismatchError(
+                f"drafter {self.spec.path} carries a different tokenizer than {target.path}"
+            )
 
     # --- the two graphs ----------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ class Completion:
 
 def load(
     target: str | os.PathLike[str] | None = None,
-    draft: str | os.PathLike[str] | bool | None = None,
+    draft: str | os.PathLike[str] | Literal[False] | None = None,
     *,
     n_draft: int = 4,
     n_gpu_layers: int = 0,
@@ -88,7 +88,7 @@ class Engine:
     def __init__(
         self,
         target: str | os.PathLike[str] | None,
-        draft: str | os.PathLike[str] | bool | None,
+        draft: str | os.PathLike[str] | Literal[False] | None,
         *,
         n_draft: int,
         n_gpu_layers: int,
@@ -117,7 +117,9 @@ class Engine:
         self.drafter_note = ""
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
         spec = None
-        if draft is not None and draft is not False and draft is not True:
+        if draft is True:
+            raise InvalidParameterError("draft must be a path, None (find one) or False")
+        if draft is not None and draft is not False:
             spec = DrafterSpec(os.fspath(draft))
         self.target = Target(
             target_path,
@@ -129,12 +131,10 @@ class Engine:
             flash_attn=flash_attn,
         )
         try:
-            if draft is None or draft is True:
+            if draft is None:
                 found = find_drafter(target_path, self.target.vocab_fingerprint)
                 if found is not None:
                     spec = DrafterSpec(found)
-                elif draft is True:
-                    raise LocalspecError(f"no drafter found next to {target_path}")
                 else:
                     self.drafter_note = f"no drafter found next to {target_path}"
             if spec is not None:
@@ -265,7 +265,7 @@ class Engine:
         eos = self._token_text(N.C.llama_vocab_eos(vocab))
         try:
             fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-            res = fmt(messages=list(messages))
+            res = fmt(messages=list(messages))  # type: ignore[arg-type]
         except Exception as exc:  # jinja2 errors and the template's raise_exception
             raise LocalspecError(f"the model's chat template failed: {exc}") from None
         return res.prompt, [
@@ -382,7 +382,8 @@ class Engine:
                 if out_t:
                     yield Event(text.take(final=False), out_t, out_a)
                 # one speculative step; never draft past max_tokens or the context end
-                k_now = min(k, max_tokens - stats.generated - 1, n_ctx - st.n - 1) if drafter else 0
+                budget = min(max_tokens - stats.generated, n_ctx - st.n, self.target.n_batch) - 1
+                k_now = min(k, budget) if drafter else 0
                 t0 = perf_counter()
                 res = speculative_step(self.target, drafter, st, k_now, sp, rng)
                 stats.t_target += res.t_target

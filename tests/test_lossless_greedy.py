@@ -92,3 +92,26 @@ def test_partly_agreeing_drafter_mixes_accepts_and_rejects(tmp_path) -> None:
         assert all(
             not acc for tok, acc in zip(spec.tokens, spec.accepted, strict=True) if tok == ord("o")
         )
+
+
+def test_chunked_prefill_keeps_the_drafter_in_step(agree) -> None:
+    # prompt chunks of 16 target tokens and 8 drafter rows: the drafter's first draft depends
+    # on the last prompt pair, so full acceptance shows the chunks were stitched correctly
+    target, draft = agree
+    prompt = bytes("abcdefghijklmnopqrstuvwxyz" * 4, "ascii")
+    small = {**EXACT, "n_batch": 16, "draft_batch": 8}
+    with localspec.load(target, draft=draft, **small) as eng:
+        plain = eng.complete(list(prompt), max_tokens=60, n_draft=0)
+        spec = eng.complete(list(prompt), max_tokens=60, n_draft=7)
+        assert spec.tokens == plain.tokens
+        assert spec.stats.acceptance_rate > 0.95, spec.stats.summary()
+
+
+def test_drafter_without_localspec_keys_loads(models, tmp_path) -> None:
+    """A file as llama.cpp's own converter writes it: no recorded target, plain EAGLE-3."""
+    path = tm.write_drafter(str(tmp_path / "llamacpp.gguf"), models["target"], localspec_keys=False)
+    with localspec.load(models["target"], draft=path, **EXACT) as eng:
+        assert eng.drafter.spec.target_record["vocab_fingerprint"] is None
+        assert eng.drafter.spec.variant == "EAGLE-3"
+        plain = eng.complete("hello there", max_tokens=50, n_draft=0)
+        assert eng.complete("hello there", max_tokens=50, n_draft=3).tokens == plain.tokens

@@ -189,6 +189,7 @@ def write_drafter(
     target: TargetShape = TargetShape(),
     seed: int = 1,
     tensors: dict[str, np.ndarray] | None = None,
+    localspec_keys: bool = True,
 ) -> str:
     cfg = Eagle3Config(
         n_embd=ds.n_embd,
@@ -206,7 +207,7 @@ def write_drafter(
         norm_output=ds.norm_output,
     )
     t = tensors if tensors is not None else drafter_tensors(ds, target.n_embd, seed=seed)
-    write_eagle3_gguf(path, cfg, t, target_path)
+    write_eagle3_gguf(path, cfg, t, target_path, localspec_keys=localspec_keys)
     return path
 
 

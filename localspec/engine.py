@@ -47,33 +47,15 @@ class Completion:
 def load(
     target: str | os.PathLike[str] | None = None,
     draft: str | os.PathLike[str] | Literal[False] | None = None,
-    *,
-    n_draft: int = 4,
-    n_gpu_layers: int = 0,
-    n_threads: int | None = None,
-    n_ctx: int = 4096,
-    n_batch: int = 512,
-    draft_batch: int = 64,
-    kv_type: str = "f16",
-    flash_attn: bool | None = None,
+    **options: Any,
 ) -> Engine:
-    """Load a GGUF target and pair it with a drafter.
+    """Load a GGUF target and pair it with a drafter; options are Engine's (n_draft,
+    n_gpu_layers, n_threads, n_ctx, n_batch, draft_batch, kv_type, flash_attn).
 
     draft: a path; None finds ``NAME.eagle3.gguf`` (or a recorded drafter) next to the target;
     False runs without speculation. n_gpu_layers=-1 offloads every layer (CUDA/Metal builds).
     """
-    return Engine(
-        target,
-        draft,
-        n_draft=n_draft,
-        n_gpu_layers=n_gpu_layers,
-        n_threads=n_threads,
-        n_ctx=n_ctx,
-        n_batch=n_batch,
-        draft_batch=draft_batch,
-        kv_type=kv_type,
-        flash_attn=flash_attn,
-    )
+    return Engine(target, draft, **options)
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
@@ -87,17 +69,17 @@ class Engine:
 
     def __init__(
         self,
-        target: str | os.PathLike[str] | None,
-        draft: str | os.PathLike[str] | Literal[False] | None,
+        target: str | os.PathLike[str] | None = None,
+        draft: str | os.PathLike[str] | Literal[False] | None = None,
         *,
-        n_draft: int,
-        n_gpu_layers: int,
-        n_threads: int | None,
-        n_ctx: int,
-        n_batch: int,
-        draft_batch: int,
-        kv_type: str,
-        flash_attn: bool | None,
+        n_draft: int = 4,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        draft_batch: int = 64,
+        kv_type: str = "f16",
+        flash_attn: bool | None = None,
     ) -> None:
         self.n_draft = _check_int("n_draft", n_draft, 0, MAX_DRAFT)
         _check_int("n_gpu_layers", n_gpu_layers, -1, 100_000)

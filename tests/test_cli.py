@@ -1,0 +1,42 @@
+"""The command line: a thin layer over the API that turns errors into one line."""
+
+from __future__ import annotations
+
+import json
+
+from localspec.cli import main
+
+
+def test_generate_prints_text_and_stats(agree, capsys) -> None:
+    target, draft = agree
+    rc = main(["generate", target, "--draft", draft, "-p", "abc", "-n", "10", "--stats"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out.strip() == "defghijklm"
+    assert "EAGLE-3 drafter" in err and "tau" in err
+
+
+def test_generate_json(agree, capsys) -> None:
+    target, draft = agree
+    assert main(["generate", target, "-p", "abc", "-n", "5", "--json", "-k", "3"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["text"] == "defgh"
+    assert data["finish_reason"] == "length"
+    assert data["drafter"] == draft  # found next to the target by name
+    assert data["stats"]["generated"] == 5
+
+
+def test_no_draft(agree, capsys) -> None:
+    target, _ = agree
+    assert main(["generate", target, "--no-draft", "-p", "abc", "-n", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["drafter"] is None
+
+
+def test_errors_are_one_line(tmp_path, models, capsys) -> None:
+    assert main(["generate", str(tmp_path / "missing.gguf"), "-p", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("localspec: error: no such file") and err.count("\n") == 1
+    assert main(["generate", models["target"], "--draft", models["target"], "-p", "x"]) == 1
+    assert "not an EAGLE-3 drafter" in capsys.readouterr().err
+    assert main(["generate", models["target"], "--no-draft", "-p", "x", "--temperature", "-2"]) == 1
+    assert "temperature" in capsys.readouterr().err

@@ -71,6 +71,12 @@ def random_drafter(target: str, folder: str) -> str:
     return path
 
 
+def kv_bytes(h: N.GGUFHeader, n_ctx: int, n_layer: int) -> int:
+    """K and V cache bytes at f16 for n_layer layers (GQA: n_head_kv heads)."""
+    head_dim = int(h.arch_key("embedding_length")) // int(h.arch_key("attention.head_count"))
+    return 2 * 2 * n_layer * n_ctx * int(h.arch_key("attention.head_count_kv")) * head_dim
+
+
 def verify_curve(eng: localspec.Engine, ks: list[int], reps: int) -> dict[int, float]:
     """Median seconds of one target decode of k tokens with logits for every token."""
     tgt = eng.target
@@ -165,12 +171,15 @@ def main() -> int:
         d = eng.drafter
         if d is not None:
             d_bytes = d.model.size_bytes
-            kv = 2 * eng.target.n_ctx * d.n_embd * 2  # K and V, f16, one layer (GQA upper bound)
+            n_ctx = eng.target.n_ctx
+            kv = kv_bytes(d.spec.header, n_ctx, n_layer=1)
+            tgt_kv = kv_bytes(eng.target.header, n_ctx, n_layer=eng.target.n_layer)
             logits_buf = d.n_batch * d.n_vocab * 4
             print(
-                f"\nmemory: target weights {tgt_bytes / 2**20:.1f} MiB; drafter adds weights "
-                f"{d_bytes / 2**20:.1f} MiB, KV <= {kv / 2**20:.1f} MiB at n_ctx "
-                f"{eng.target.n_ctx}, logits buffer {logits_buf / 2**20:.1f} MiB"
+                f"\nmemory at n_ctx {n_ctx} (f16 KV): target weights {tgt_bytes / 2**20:.1f} MiB "
+                f"+ KV {tgt_kv / 2**20:.1f} MiB; the drafter adds weights {d_bytes / 2**20:.1f} "
+                f"MiB, KV {kv / 2**20:.1f} MiB, logits buffer {logits_buf / 2**20:.1f} MiB "
+                f"({(d_bytes + kv + logits_buf) / (tgt_bytes + tgt_kv):.0%} of the target's)"
             )
     tmp.cleanup()
     return 0

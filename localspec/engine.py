@@ -156,6 +156,7 @@ class Engine:
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
+        self._check_open()
         data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (N.C.llama_token * cap)()
@@ -188,6 +189,7 @@ class Engine:
         parse_special: bool = False,
     ) -> Iterator[Event]:
         """Stream a continuation of ``prompt`` (text, or token ids) event by event."""
+        self._check_open()
         sp = SamplingParams(float(temperature), top_k, float(top_p))
         _check_int("max_tokens", max_tokens, 0, 1 << 24)
         k = self.n_draft if n_draft is None else _check_int("n_draft", n_draft, 0, MAX_DRAFT)
@@ -235,6 +237,7 @@ class Engine:
     def format_chat(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+        self._check_open()
         template = self.target.model.meta("tokenizer.chat_template")
         if not template:
             raise LocalspecError(
@@ -256,6 +259,7 @@ class Engine:
 
     def propose(self, prompt: str | Sequence[int], k: int = 4) -> list[int]:
         """The drafter's greedy chain for the k positions after the target's next token."""
+        self._check_open()
         if self.drafter is None:
             raise LocalspecError("no drafter is loaded")
         k = _check_int("k", k, 1, MAX_DRAFT)
@@ -267,6 +271,10 @@ class Engine:
         st = self._prefill(tokens, self.drafter, sp, np.random.default_rng(0), Stats())
         drafts, _ = draft_chain(self.drafter, st, k, sp, np.random.default_rng(0))
         return drafts
+
+    def _check_open(self) -> None:
+        if not self.target.ctx.ptr:  # a NULL context would crash inside llama.cpp
+            raise LocalspecError("the engine is closed")
 
     @property
     def last_stats(self) -> Stats:

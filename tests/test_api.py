@@ -154,3 +154,6 @@ def test_close_is_idempotent(models) -> None:
     e = localspec.load(models["target"], draft=models["draft"], **EXACT)
     e.close()
     e.close()
+    for call in (lambda: e.complete("hi"), lambda: e.chat([{"role": "user", "content": "x"}])):
+        with pytest.raises(localspec.LocalspecError, match="closed"):
+            call()

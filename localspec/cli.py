@@ -63,7 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stats", action="store_true", help="print statistics to stderr")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     gen.set_defaults(func=cmd_generate)
+
+    info = sub.add_parser("info", help="describe a GGUF target or drafter")
+    info.add_argument("file", help="a GGUF file")
+    info.add_argument("--target", help="also check that this drafter pairs with TARGET.gguf")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
     return parser
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .fileinfo import check_pairing, describe, format_info
+
+    data = describe(args.file)
+    if args.target:
+        if data["kind"] != "drafter":
+            raise LocalspecError(f"--target needs a drafter file; {args.file} is a target")
+        problem = check_pairing(args.file, args.target)
+        data["pairs_with"] = {"target": args.target, "ok": problem is None, "problem": problem}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(format_info(data))
+    p = data.get("pairs_with")
+    if p:
+        print(f"  pairs with    {p['target']}: " + ("yes" if p["ok"] else f"NO: {p['problem']}"))
+        return 0 if p["ok"] else 1
+    return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

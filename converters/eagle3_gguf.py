@@ -12,6 +12,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import gguf
 import numpy as np
@@ -81,7 +82,7 @@ def _copy_tokenizer(w: gguf.GGUFWriter, h: N.GGUFHeader) -> None:
 def write_eagle3_gguf(
     path: str,
     cfg: Eagle3Config,
-    tensors: Mapping[str, np.ndarray],
+    tensors: Mapping[str, Any],
     target_path: str,
     *,
     name: str = "eagle3 drafter",
@@ -123,7 +124,10 @@ def write_eagle3_gguf(
             w.add_string(K.TARGET_VOCAB_FINGERPRINT, rec.vocab_fingerprint)
         _copy_tokenizer(w, rec.header)
         for tname, arr in tensors.items():
-            w.add_tensor(tname, np.ascontiguousarray(arr))
+            if isinstance(arr, tuple):  # (packed bytes, ggml type) from gguf.quants
+                w.add_tensor(tname, arr[0], raw_dtype=arr[1])
+            else:
+                w.add_tensor(tname, np.ascontiguousarray(arr))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

@@ -10,6 +10,7 @@ with localspec.load("target.gguf", draft="target.eagle3.gguf", n_draft=4) as eng
 from __future__ import annotations
 
 from .errors import (
+    CheckpointError,
     ContextFullError,
     GenerationError,
     InvalidParameterError,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Completion",
+    "CheckpointError",
     "ContextFullError",
     "Engine",
     "Event",

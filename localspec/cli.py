@@ -64,12 +64,44 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     gen.set_defaults(func=cmd_generate)
 
+    conv = sub.add_parser("convert", help="convert an EAGLE-3/3.1 drafter checkpoint to GGUF")
+    conv.add_argument("drafter", help="checkpoint folder or Hugging Face repo id org/name[@rev]")
+    conv.add_argument("--target", required=True, help="the target GGUF the drafter pairs with")
+    conv.add_argument("-o", "--output", help="output GGUF (default: TARGET's NAME.eagle3.gguf)")
+    conv.add_argument("--outtype", default="f16", help="f32, f16, bf16, q8_0, q4_0, q4_k_m, ...")
+    conv.add_argument("--taps", help="override the tap ids: three comma-separated layer ids")
+    conv.add_argument("--force", action="store_true", help="overwrite an existing output")
+    conv.set_defaults(func=cmd_convert)
+
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
     info.add_argument("file", help="a GGUF file")
     info.add_argument("--target", help="also check that this drafter pairs with TARGET.gguf")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
     return parser
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .converters.convert import convert
+
+    taps = None
+    if args.taps:
+        try:
+            taps = [int(x) for x in args.taps.split(",")]
+        except ValueError:
+            raise LocalspecError(
+                f"--taps wants three comma-separated integers, got {args.taps}"
+            ) from None
+    convert(
+        args.drafter,
+        args.target,
+        args.output,
+        outtype=args.outtype,
+        taps=taps,
+        force=args.force,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:

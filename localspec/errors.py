@@ -33,3 +33,7 @@ class GenerationError(LocalspecError):
 
 class ContextFullError(GenerationError):
     """The context window cannot hold the prompt."""
+
+
+class CheckpointError(LocalspecError):
+    """A drafter checkpoint is missing, corrupt, or uses features we cannot convert."""

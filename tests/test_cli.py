@@ -40,3 +40,26 @@ def test_errors_are_one_line(tmp_path, models, capsys) -> None:
     assert "not an EAGLE-3 drafter" in capsys.readouterr().err
     assert main(["generate", models["target"], "--no-draft", "-p", "x", "--temperature", "-2"]) == 1
     assert "temperature" in capsys.readouterr().err
+
+
+def test_convert_command(models, tmp_path, capsys) -> None:
+    import shutil
+
+    from hfcheckpoints import write_checkpoint
+
+    import tinymodels as tm
+
+    ds = tm.DrafterShape(fc_norm=True, norm_output=True)
+    ck = write_checkpoint(
+        str(tmp_path / "ck"), "specforge", ds, tm.drafter_tensors(ds, 64), taps=[0, 1, 2]
+    )
+    target = str(tmp_path / "t.gguf")
+    shutil.copy(models["target"], target)
+    assert main(["convert", ck, "--target", target, "--outtype", "q8_0"]) == 0
+    err = capsys.readouterr().err
+    assert "[1, 2, 3]" in err and "outputs of layers, +1" in err
+    assert (tmp_path / "t.eagle3.gguf").exists()  # found by load(target) by convention
+    assert main(["convert", ck, "--target", target]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert main(["convert", ck, "--target", target, "--taps", "1,x,3", "--force"]) == 1
+    assert "--taps" in capsys.readouterr().err

@@ -1,0 +1,176 @@
+"""Conversion of every checkpoint family and flag set, checked tensor by tensor and by running."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hfcheckpoints import write_checkpoint
+
+import localspec
+from localspec import CheckpointError, InvalidParameterError
+from localspec.converters.convert import convert
+
+import tinymodels as tm
+from conftest import EXACT
+from reference import read_tensors
+
+pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+CASES = [
+    ("eagle", {}),
+    ("eagle", {"draft_vocab": 96}),
+    ("specforge", {"fc_norm": True, "norm_output": True}),
+    ("specforge", {"norm_before_fc": True, "own_embeddings": True}),
+    ("speculators", {"norm_before_residual": True, "norm_output": True}),
+    ("speculators", {"fc_norm": True, "norm_output": True, "norm_before_residual": True,
+                     "draft_vocab": 80}),
+]  # fmt: skip
+
+
+def quiet(_msg: str) -> None:
+    pass
+
+
+def edit_config(folder: str, change) -> None:
+    path = Path(folder) / "config.json"
+    cfg = json.loads(path.read_text())
+    change(cfg)
+    path.write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("family,flags", CASES, ids=lambda c: str(c))
+def test_convert_reproduces_tensors_and_runs_losslessly(models, tmp_path, family, flags) -> None:
+    ds = tm.DrafterShape(**flags)
+    gg = tm.drafter_tensors(ds, 64, seed=5)
+    ck = write_checkpoint(
+        str(tmp_path / "ck"), family, ds, gg, shards=2 if family == "specforge" else 1
+    )
+    out = str(tmp_path / "out.gguf")
+    res = convert(ck, models["target"], out, outtype="f32", log=quiet)
+    assert res.family == family
+    assert res.taps == [2, 2, 1] or res.taps == [2, 4 // 2, 4 - 3]
+    got, meta = read_tensors(out)
+    assert set(got) == set(gg)
+    for name, want in gg.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6, err_msg=name)
+    assert bool(meta.get("localspec.eagle3.fc_norm", False)) == ds.fc_norm
+    assert bool(meta.get("localspec.eagle3.norm_output", False)) == ds.norm_output
+    assert bool(meta["eagle3.norm_before_residual"]) == ds.norm_before_residual
+    with localspec.load(models["target"], draft=out, **EXACT) as eng:
+        plain = eng.complete("the quick brown fox", max_tokens=40, n_draft=0)
+        assert eng.complete("the quick brown fox", max_tokens=40, n_draft=3).tokens == plain.tokens
+
+
+def test_speculators_defaults_norm_before_residual(models, tmp_path) -> None:
+    ds = tm.DrafterShape(norm_before_residual=True)
+    ck = write_checkpoint(str(tmp_path / "ck"), "speculators", ds, tm.drafter_tensors(ds, 64))
+    edit_config(ck, lambda c: c.pop("norm_before_residual"))  # absent means true here
+    res = convert(ck, models["target"], str(tmp_path / "o.gguf"), log=quiet)
+    assert res.flags["norm_before_residual"] is True
+
+
+def test_tap_conventions(models, tmp_path) -> None:
+    ds = tm.DrafterShape()
+    gg = tm.drafter_tensors(ds, 64)
+    sf = write_checkpoint(str(tmp_path / "sf"), "specforge", ds, gg, taps=[0, 1, 2])
+    assert convert(sf, models["target"], str(tmp_path / "a.gguf"), log=quiet).taps == [1, 2, 3]
+    sp = write_checkpoint(str(tmp_path / "sp"), "speculators", ds, gg, taps=[1, 2, 3])
+    assert convert(sp, models["target"], str(tmp_path / "b.gguf"), log=quiet).taps == [1, 2, 3]
+    res = convert(sp, models["target"], str(tmp_path / "c.gguf"), taps=[0, 1, 3], log=quiet)
+    assert res.taps == [0, 1, 3]
+    with pytest.raises(InvalidParameterError, match="0..3"):
+        convert(sp, models["target"], str(tmp_path / "d.gguf"), taps=[1, 2, 4], log=quiet)
+    assert not os.path.exists(tmp_path / "d.gguf")
+
+
+@pytest.mark.parametrize("outtype", ["f16", "bf16", "q8_0", "q4_0", "q4_k_m"])
+def test_outtypes_keep_norms_and_d2t_exact(models, tmp_path, outtype) -> None:
+    ds = tm.DrafterShape(draft_vocab=96, fc_norm=True, norm_output=True)
+    gg = tm.drafter_tensors(ds, 64, seed=2)
+    ck = write_checkpoint(str(tmp_path / "ck"), "specforge", ds, gg)
+    out = str(tmp_path / f"{outtype}.gguf")
+    convert(ck, models["target"], out, outtype=outtype, log=quiet)
+    from gguf import GGUFReader
+
+    r = GGUFReader(out)
+    types = {t.name: t.tensor_type.name for t in r.tensors}
+    assert types["d2t"] == "I64" and types["output_norm.weight"] == "F32"
+    d2t = next(t for t in r.tensors if t.name == "d2t")
+    assert np.array_equal(np.array(d2t.data), gg["d2t"])
+    with localspec.load(models["target"], draft=out, **EXACT) as eng:
+        plain = eng.complete("hello world", max_tokens=30, n_draft=0)
+        assert eng.complete("hello world", max_tokens=30, n_draft=4).tokens == plain.tokens
+
+
+def test_bad_checkpoints_leave_no_output(models, tmp_path) -> None:
+    ds = tm.DrafterShape()
+    gg = tm.drafter_tensors(ds, 64)
+    out = tmp_path / "o.gguf"
+
+    def fails(folder: str, match: str) -> None:
+        with pytest.raises(CheckpointError, match=match):
+            convert(folder, models["target"], str(out), log=quiet)
+        assert not out.exists()
+        assert not [p for p in os.listdir(tmp_path) if p.startswith(".localspec-")]
+
+    fails(str(tmp_path / "nothing"), "neither a folder nor a repo id")
+    ck = write_checkpoint(str(tmp_path / "a"), "eagle", ds, gg)
+    os.remove(os.path.join(ck, "config.json"))
+    fails(ck, "no config.json")
+    ck = write_checkpoint(str(tmp_path / "b"), "eagle", ds, gg)
+    (Path(ck) / "config.json").write_text("{not json")
+    fails(ck, "not valid JSON")
+    ck = write_checkpoint(str(tmp_path / "c"), "eagle", ds, gg)
+    edit_config(ck, lambda c: c.update(architectures=["MistralForCausalLM"]))
+    fails(ck, "unknown drafter architecture")
+    ck = write_checkpoint(str(tmp_path / "d"), "eagle", ds, gg)
+    w = Path(ck) / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    fails(ck, "cannot read")
+    bad = dict(gg)
+    bad["blk.0.ffn_up.weight"] = bad["blk.0.ffn_up.weight"][:, :32]
+    fails(write_checkpoint(str(tmp_path / "e"), "eagle", ds, bad), "shape")
+    missing = dict(gg)
+    del missing["blk.0.attn_norm_2.weight"]
+    fails(write_checkpoint(str(tmp_path / "f"), "eagle", ds, missing), "lacks tensor")
+    ds_v = tm.DrafterShape(draft_vocab=96)
+    g2 = tm.drafter_tensors(ds_v, 64)
+    g2["d2t"] = g2["d2t"].copy()
+    g2["d2t"][5] = g2["d2t"][4]
+    fails(write_checkpoint(str(tmp_path / "g"), "eagle", ds_v, g2), "same target token")
+    g3 = tm.drafter_tensors(ds_v, 64)
+    g3["d2t"] = g3["d2t"] + 10_000
+    fails(write_checkpoint(str(tmp_path / "h"), "eagle", ds_v, g3), "outside")
+    g4 = tm.drafter_tensors(ds_v, 64)
+    del g4["d2t"]
+    fails(write_checkpoint(str(tmp_path / "i"), "eagle", ds_v, g4), "no d2t")
+
+
+def test_unsupported_features_are_named(models, tmp_path) -> None:
+    ds = tm.DrafterShape()
+    gg = tm.drafter_tensors(ds, 64)
+    ck = write_checkpoint(str(tmp_path / "a"), "speculators", ds, gg)
+    edit_config(ck, lambda c: c["transformer_layer_config"].update(num_hidden_layers=2))
+    with pytest.raises(CheckpointError, match="2 decoder layers"):
+        convert(ck, models["target"], str(tmp_path / "o.gguf"), log=quiet)
+    ck = write_checkpoint(str(tmp_path / "b"), "eagle", ds, gg)
+    edit_config(ck, lambda c: c.update(kv_lora_rank=512))
+    with pytest.raises(CheckpointError, match="MLA"):
+        convert(ck, models["target"], str(tmp_path / "o.gguf"), log=quiet)
+
+
+def test_existing_output_needs_force(models, tmp_path) -> None:
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    out = tmp_path / "o.gguf"
+    out.write_bytes(b"keep me")
+    with pytest.raises(InvalidParameterError, match="--force"):
+        convert(ck, models["target"], str(out), log=quiet)
+    assert out.read_bytes() == b"keep me"
+    convert(ck, models["target"], str(out), force=True, log=quiet)
+    assert out.read_bytes()[:4] == b"GGUF"

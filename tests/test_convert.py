@@ -174,3 +174,10 @@ def test_existing_output_needs_force(models, tmp_path) -> None:
     assert out.read_bytes() == b"keep me"
     convert(ck, models["target"], str(out), force=True, log=quiet)
     assert out.read_bytes()[:4] == b"GGUF"
+
+
+def test_unwritable_output(models, tmp_path) -> None:
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    with pytest.raises(InvalidParameterError, match="cannot write"):
+        convert(ck, models["target"], str(tmp_path / "no" / "such" / "dir" / "o.gguf"), log=quiet)

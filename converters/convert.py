@@ -162,6 +162,9 @@ def build_tensors(
     if dc.flags["norm_before_fc"] and "input_norm.weight" not in t:
         raise CheckpointError("config sets norm_before_fc but input_norm.weight is missing")
     out["fc.weight"] = fc
+    if dc.rope_scaling is not None:
+        factors = F.llama3_rope_factors(dc.rope_scaling, dc.rope_theta, hd)
+        out["rope_freqs.weight"] = np.array(factors, dtype=np.float32)
 
     for name, gguf_name in F.TENSOR_MAP.items():
         if name in ("fc.weight",) or name not in t:

@@ -4,6 +4,7 @@ its flag defaults, its tap numbering, and how its tensor names map to llama.cpp'
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,7 @@ class DrafterConfig:
     target_hidden_size: int | None
     tap_ids: list[int] | None  # as written in the config, in the family's numbering
     flags: dict[str, bool]
+    rope_scaling: dict[str, Any] | None = None  # llama3 scaling, written as rope_freqs
 
 
 def detect_family(cfg: dict[str, Any]) -> Family:
@@ -126,9 +128,10 @@ def parse_config(cfg: dict[str, Any]) -> DrafterConfig:
             f"head_dim {head_dim} x {n_head} heads != hidden {hidden}: llama.cpp's eagle3 graph "
             "needs head_dim = hidden_size / num_attention_heads"
         )
-    scaling = layer.get("rope_scaling")
-    if scaling and (scaling.get("rope_type") or scaling.get("type")) not in (None, "default"):
-        raise CheckpointError(f"rope_scaling {scaling} is not supported by this converter yet")
+    scaling = layer.get("rope_scaling") or None
+    kind = (scaling.get("rope_type") or scaling.get("type")) if scaling else None
+    if kind not in (None, "default", "llama3"):
+        raise CheckpointError(f"rope_scaling type '{kind}' is not supported (default, llama3)")
     flags = {}
     for f in FLAGS:
         v = cfg.get(f, eagle.get(f, layer.get(f, family.defaults.get(f, False))))
@@ -157,7 +160,28 @@ def parse_config(cfg: dict[str, Any]) -> DrafterConfig:
         target_hidden_size=int(target_hidden) if target_hidden else None,
         tap_ids=taps,
         flags=flags,
+        rope_scaling=scaling if kind == "llama3" else None,
     )
+
+
+def llama3_rope_factors(scaling: dict[str, Any], theta: float, head_dim: int) -> list[float]:
+    """Per-frequency divisors of Llama 3's RoPE scaling (Meta's published formula): long
+    wavelengths are stretched by `factor`, short ones kept, the band between interpolated."""
+    factor = float(scaling.get("factor", 8.0))
+    low = float(scaling.get("low_freq_factor", 1.0))
+    high = float(scaling.get("high_freq_factor", 4.0))
+    old_ctx = float(scaling.get("original_max_position_embeddings", 8192))
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * theta ** (i / head_dim)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return out
 
 
 def resolve_taps(dc: DrafterConfig, n_layer_target: int) -> tuple[list[int], str]:

@@ -40,6 +40,7 @@ def hf_tensors(gg: dict[str, np.ndarray], ds: tm.DrafterShape, family: str, seed
     prefix = "layers.0." if family == "speculators" else "midlayer."
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
+    # rope_freqs is derived from the config by the converter, not stored in checkpoints
     for g, hf in HF_NAMES.items():
         if g not in gg:  # tests of incomplete checkpoints drop tensors on purpose
             continue
@@ -85,6 +86,7 @@ def layer_config(ds: tm.DrafterShape) -> dict:
         "max_position_embeddings": 2048,
         "vocab_size": tm.N_VOCAB,
         "hidden_act": "silu",
+        **({"rope_scaling": tm.LLAMA3_SCALING} if ds.llama3_rope else {}),
     }
 
 

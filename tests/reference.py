@@ -76,6 +76,8 @@ class RefDrafter:
         # x: [heads, head_dim]; llama (NORM) RoPE rotates adjacent pairs (2i, 2i+1)
         hd = x.shape[-1]
         inv = self.theta ** (-np.arange(0, hd, 2) / hd)
+        if "rope_freqs.weight" in self.t:  # llama3-style scaling divides each frequency
+            inv = inv / self.t["rope_freqs.weight"]
         ang = pos * inv
         c, s = np.cos(ang), np.sin(ang)
         x0, x1 = x[..., 0::2], x[..., 1::2]

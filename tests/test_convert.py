@@ -23,13 +23,15 @@ pytest.importorskip("safetensors")
 
 CASES = [
     ("eagle", {}),
-    ("eagle", {"draft_vocab": 96}),
+    ("eagle", {"draft_vocab": 96, "llama3_rope": True}),
     ("specforge", {"fc_norm": True, "norm_output": True}),
     ("specforge", {"norm_before_fc": True, "own_embeddings": True}),
     ("speculators", {"norm_before_residual": True, "norm_output": True}),
-    ("speculators", {"fc_norm": True, "norm_output": True, "norm_before_residual": True,
-                     "draft_vocab": 80}),
-]  # fmt: skip
+    (
+        "speculators",
+        {"fc_norm": True, "norm_output": True, "norm_before_residual": True, "draft_vocab": 80},
+    ),
+]
 
 
 def quiet(_msg: str) -> None:
@@ -181,3 +183,22 @@ def test_unwritable_output(models, tmp_path) -> None:
     ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
     with pytest.raises(InvalidParameterError, match="cannot write"):
         convert(ck, models["target"], str(tmp_path / "no" / "such" / "dir" / "o.gguf"), log=quiet)
+
+
+def test_llama3_rope_factors_bands() -> None:
+    from localspec.converters.formats import llama3_rope_factors
+
+    # Llama-3.1's published scaling: high frequencies kept, low ones divided by 8
+    f = llama3_rope_factors(
+        {
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        500000.0,
+        128,
+    )
+    assert len(f) == 64 and f[0] == 1.0 and f[-1] == 8.0
+    assert all(a <= b for a, b in zip(f, f[1:], strict=False))
+    assert any(1.0 < x < 8.0 for x in f)  # the interpolated band exists

@@ -24,6 +24,7 @@ FLAG_SETS = [
     {"fc_norm": True, "norm_output": True, "norm_before_residual": True},
     {"norm_before_fc": True, "norm_output": True, "norm_before_residual": True},
     {"own_embeddings": True},
+    {"llama3_rope": True, "fc_norm": True},
     {"draft_vocab": 96},
     {"draft_vocab": 80, "fc_norm": True, "norm_output": True, "own_embeddings": True},
 ]

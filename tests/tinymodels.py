@@ -126,6 +126,16 @@ def write_target(
     return path
 
 
+# small enough that the tiny head's frequencies fall in all three bands
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+
+
 @dataclass(frozen=True)
 class DrafterShape:
     n_embd: int = 64
@@ -139,6 +149,7 @@ class DrafterShape:
     norm_output: bool = False
     own_embeddings: bool = False  # carry token_embd/output instead of borrowing the target's
     draft_vocab: int | None = None  # with d2t: the first draft_vocab... ids chosen at random
+    llama3_rope: bool = False  # llama3 rope scaling (a rope_freqs tensor)
 
 
 def drafter_tensors(
@@ -170,6 +181,11 @@ def drafter_tensors(
     }
     if ds.norm_before_fc:
         t["enc.output_norm.weight"] = norm_w(3 * target_hidden)
+    if ds.llama3_rope:
+        from localspec.converters.formats import llama3_rope_factors
+
+        f = llama3_rope_factors(LLAMA3_SCALING, 10000.0, hd)
+        t["rope_freqs.weight"] = np.array(f, dtype=np.float32)
     n_out = ds.draft_vocab or N_VOCAB
     if ds.own_embeddings or ds.draft_vocab:
         t["output.weight"] = rnd(n_out, d, s=4.0)

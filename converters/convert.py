@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,10 +18,12 @@ from localspec import _native as N
 from localspec import gguf_keys as K
 from localspec.discovery import drafter_path_for
 from localspec.errors import CheckpointError, InvalidParameterError, UnsupportedModelError
+from localspec.stats import Stats
 
 from . import formats as F
 from .checkpoint import load_tensors, read_config
 from .eagle3_gguf import Eagle3Config, write_eagle3_gguf
+from .verify import VerifyReport, acceptance, verify
 
 # output types gguf-py writes itself, and the K-quants that go through llama.cpp's quantizer
 DIRECT_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
@@ -41,7 +43,8 @@ class ConvertResult:
     flags: dict[str, bool]
     outtype: str
     draft_vocab: int | None
-    notes: list[str] = field(default_factory=list)
+    verify: VerifyReport | None = None
+    acceptance: Stats | None = None
 
 
 def resolve_source(drafter: str, log: Callable[[str], None] = print) -> str:
@@ -201,9 +204,15 @@ def convert(
     outtype: str = "f16",
     taps: list[int] | None = None,
     force: bool = False,
+    check: bool = True,
+    check_acceptance: bool = False,
     log: Callable[[str], None] = print,
 ) -> ConvertResult:
-    """Convert a drafter checkpoint (folder or repo id) for TARGET.gguf; returns what it did."""
+    """Convert a drafter checkpoint (folder or repo id) for TARGET.gguf; returns what it did.
+
+    check: compare the GGUF with a PyTorch reference of the checkpoint and refuse to write it
+    below the output type's threshold. check_acceptance: also draft for the target on a few
+    prompts and report the acceptance (a wrong tap convention shows up there)."""
     if outtype not in OUTTYPES:
         raise InvalidParameterError(f"--outtype must be one of {', '.join(OUTTYPES)}")
     th = N.GGUFHeader(target, max_str_array=0)
@@ -237,7 +246,8 @@ def convert(
         )
     log(f"{dc.family.name} checkpoint; taps (input of layer) {tap_ids}: {how}")
     log("flags: " + ", ".join(f"{k}={v}" for k, v in dc.flags.items()))
-    tensors = build_tensors(dc, load_tensors(src), t_hidden, t_vocab)
+    source = load_tensors(src)
+    tensors = build_tensors(dc, source, t_hidden, t_vocab)
 
     cfg = Eagle3Config(
         n_embd=dc.hidden_size,
@@ -256,13 +266,39 @@ def convert(
         norm_output=dc.flags["norm_output"],
     )
     name = f"EAGLE drafter ({dc.family.name}) for {os.path.basename(target)}"
-    if outtype in LLAMA_FTYPES:
-        _write_k_quant(out, cfg, tensors, target, name, outtype)
-    else:
-        write_eagle3_gguf(out, cfg, _quantize(tensors, outtype), target, name=name)
-    log(f"wrote {out} ({outtype})")
     draft_vocab = int(tensors[K.T_D2T].shape[0]) if K.T_D2T in tensors else None
-    return ConvertResult(out, dc.family.name, tap_ids, how, dc.flags, outtype, draft_vocab)
+    res = ConvertResult(out, dc.family.name, tap_ids, how, dc.flags, outtype, draft_vocab)
+    # write next to the destination, check, and only then rename into place
+    fd, tmp = tempfile.mkstemp(prefix=".localspec-", suffix=".gguf", dir=folder)
+    os.close(fd)
+    try:
+        if outtype in LLAMA_FTYPES:
+            _write_k_quant(tmp, cfg, tensors, target, name, outtype)
+        else:
+            write_eagle3_gguf(tmp, cfg, _quantize(tensors, outtype), target, name=name)
+        if check:
+            res.verify = verify(tmp, target, dc, source, outtype)
+            log(res.verify.summary())
+            if not res.verify.passed:
+                raise CheckpointError(
+                    "the converted drafter disagrees with the checkpoint; nothing written ("
+                    + res.verify.summary()
+                    + ")"
+                )
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log(f"wrote {out} ({outtype})")
+    if check_acceptance:
+        res.acceptance = acceptance(target, out)
+        st = res.acceptance
+        log(
+            f"acceptance on {st.generations} prompts: "
+            f"{100 * st.acceptance_rate:.1f}% of drafts, tau {st.tau:.2f}, per position "
+            + " ".join(f"{100 * a:.0f}%" for a in st.acceptance_at)
+        )
+    return res
 
 
 def _quantize(tensors: dict[str, np.ndarray], outtype: str) -> dict[str, Any]:

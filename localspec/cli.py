@@ -71,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--outtype", default="f16", help="f32, f16, bf16, q8_0, q4_0, q4_k_m, ...")
     conv.add_argument("--taps", help="override the tap ids: three comma-separated layer ids")
     conv.add_argument("--force", action="store_true", help="overwrite an existing output")
+    conv.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the comparison with a PyTorch reference of the checkpoint",
+    )
+    conv.add_argument(
+        "--check-acceptance",
+        action="store_true",
+        help="after converting, draft for the target on a few prompts and "
+        "report the acceptance rate",
+    )
     conv.set_defaults(func=cmd_convert)
 
     info = sub.add_parser("info", help="describe a GGUF target or drafter")

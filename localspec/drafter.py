@@ -222,6 +222,27 @@ class Drafter:
         h = N.float_rows(N.get_embeddings_nextn_ith(self.ctx.ptr, last), 1, self.n_embd)[0]
         return lg, self.feedback(h)
 
+    def decode_all(
+        self, tokens: list[int], embd: np.ndarray, pos0: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Like decode, but logits and pre-norm states of every row (copies): for checks."""
+        n = len(tokens)
+        b = self._dec_batch
+        assert b.embd is not None
+        logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        hs = np.empty((n, self.n_embd), dtype=np.float32)
+        for i in range(0, n, self.n_batch):
+            m = min(self.n_batch, n - i)
+            b.token[:m] = tokens[i : i + m]
+            b.embd[:m] = embd[i : i + m]
+            b.set(m, pos0 + i, all_logits=True)
+            self.ctx.decode(b, "drafter decoder")
+            logits[i : i + m] = N.float_rows(N.C.llama_get_logits(self.ctx.ptr), m, self.n_vocab)
+            for j in range(m):
+                row = N.get_embeddings_nextn_ith(self.ctx.ptr, j)
+                hs[i + j] = N.float_rows(row, 1, self.n_embd)[0]
+        return logits, hs
+
     def feedback(self, h: np.ndarray) -> np.ndarray:
         """The state fed to the next draft step: h (EAGLE-3) or output_norm(h) (norm_output)."""
         if self._out_norm is None:

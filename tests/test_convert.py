@@ -202,3 +202,50 @@ def test_llama3_rope_factors_bands() -> None:
     assert len(f) == 64 and f[0] == 1.0 and f[-1] == 8.0
     assert all(a <= b for a, b in zip(f, f[1:], strict=False))
     assert any(1.0 < x < 8.0 for x in f)  # the interpolated band exists
+
+
+def test_verify_catches_a_broken_conversion(models, tmp_path, monkeypatch) -> None:
+    """--verify is not a formality: a classic converter bug makes it fail, writing nothing."""
+    from localspec.converters import convert as conv
+
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    out = tmp_path / "o.gguf"
+    monkeypatch.setattr(conv, "permute_qk", lambda w, n_head: w)  # forgets the RoPE permute
+    with pytest.raises(CheckpointError, match="disagrees"):
+        convert(ck, models["target"], str(out), outtype="f32", log=quiet)
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".localspec-")]
+
+
+def test_verify_catches_a_lost_31_flag(models, tmp_path, monkeypatch) -> None:
+    from localspec.converters import eagle3_gguf
+
+    ds = tm.DrafterShape(norm_output=True)
+    ck = write_checkpoint(str(tmp_path / "ck"), "speculators", ds, tm.drafter_tensors(ds, 64))
+    real = eagle3_gguf.write_eagle3_gguf
+
+    def drop_flag(path, cfg, tensors, target, **kw):
+        cfg.norm_output = False  # the classic silent loss
+        return real(path, cfg, tensors, target, **kw)
+
+    monkeypatch.setattr("localspec.converters.convert.write_eagle3_gguf", drop_flag)
+    with pytest.raises(CheckpointError, match="disagrees"):
+        convert(ck, models["target"], str(tmp_path / "o.gguf"), outtype="f32", log=quiet)
+
+
+def test_verify_report_and_acceptance(models, tmp_path) -> None:
+    ds = tm.DrafterShape(fc_norm=True, norm_output=True)
+    ck = write_checkpoint(str(tmp_path / "ck"), "specforge", ds, tm.drafter_tensors(ds, 64))
+    res = convert(
+        ck,
+        models["target"],
+        str(tmp_path / "o.gguf"),
+        outtype="f16",
+        check_acceptance=True,
+        log=quiet,
+    )
+    assert res.verify is not None and res.verify.passed
+    assert res.verify.top1 >= 0.97 and res.verify.rows > 50
+    assert res.acceptance is not None and res.acceptance.drafted > 0
+    assert res.acceptance.generations == 4

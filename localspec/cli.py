@@ -110,6 +110,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         outtype=args.outtype,
         taps=taps,
         force=args.force,
+        check=not args.no_verify,
+        check_acceptance=args.check_acceptance,
         log=lambda m: print(m, file=sys.stderr),
     )
     return 0

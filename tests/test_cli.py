@@ -63,3 +63,20 @@ def test_convert_command(models, tmp_path, capsys) -> None:
     assert "--force" in capsys.readouterr().err
     assert main(["convert", ck, "--target", target, "--taps", "1,x,3", "--force"]) == 1
     assert "--taps" in capsys.readouterr().err
+
+
+def test_convert_command_checks(models, tmp_path, capsys) -> None:
+    import tinymodels as tm
+    from hfcheckpoints import write_checkpoint
+
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    out = str(tmp_path / "d.gguf")
+    assert main(["convert", ck, "--target", models["target"], "-o", out, "--check-acceptance"]) == 0
+    err = capsys.readouterr().err
+    assert "verify passed" in err and "acceptance on 4 prompts" in err
+    assert (
+        main(["convert", ck, "--target", models["target"], "-o", out, "--force", "--no-verify"])
+        == 0
+    )
+    assert "verify" not in capsys.readouterr().err

@@ -66,8 +66,9 @@ def test_convert_command(models, tmp_path, capsys) -> None:
 
 
 def test_convert_command_checks(models, tmp_path, capsys) -> None:
-    import tinymodels as tm
     from hfcheckpoints import write_checkpoint
+
+    import tinymodels as tm
 
     ds = tm.DrafterShape()
     ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))

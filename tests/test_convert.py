@@ -249,3 +249,24 @@ def test_verify_report_and_acceptance(models, tmp_path) -> None:
     assert res.verify.top1 >= 0.97 and res.verify.rows > 50
     assert res.acceptance is not None and res.acceptance.drafted > 0
     assert res.acceptance.generations == 4
+
+
+def test_repo_id_from_the_hub_cache_offline(models, tmp_path, monkeypatch) -> None:
+    """A repo id resolves through huggingface-hub's own cache (offline: no network here)."""
+    import shutil
+
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    cache = tmp_path / "hub"
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    snap = cache / "models--someorg--tiny-eagle3" / "snapshots" / rev
+    shutil.copytree(ck, snap)
+    (cache / "models--someorg--tiny-eagle3" / "refs").mkdir()
+    (cache / "models--someorg--tiny-eagle3" / "refs" / "main").write_text(rev)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    res = convert("someorg/tiny-eagle3", models["target"], str(tmp_path / "o.gguf"), log=quiet)
+    assert res.family == "eagle" and (tmp_path / "o.gguf").exists()
+    with pytest.raises(CheckpointError, match="cannot fetch someorg/missing"):
+        convert("someorg/missing", models["target"], str(tmp_path / "p.gguf"), log=quiet)

@@ -285,6 +285,9 @@ def convert(
                     + res.verify.summary()
                     + ")"
                 )
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

@@ -270,3 +270,15 @@ def test_repo_id_from_the_hub_cache_offline(models, tmp_path, monkeypatch) -> No
     assert res.family == "eagle" and (tmp_path / "o.gguf").exists()
     with pytest.raises(CheckpointError, match="cannot fetch someorg/missing"):
         convert("someorg/missing", models["target"], str(tmp_path / "p.gguf"), log=quiet)
+
+
+def test_output_gets_the_usual_file_mode(models, tmp_path) -> None:
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    out = tmp_path / "o.gguf"
+    old = os.umask(0o022)
+    try:
+        convert(ck, models["target"], str(out), log=quiet)
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o644

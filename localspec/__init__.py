@@ -38,6 +38,7 @@ __all__ = [
     "PairMismatchError",
     "Stats",
     "UnsupportedModelError",
+    "convert",
     "load",
 ]
 
@@ -49,4 +50,8 @@ def __getattr__(name: str) -> object:
         from . import engine
 
         return getattr(engine, name)
+    if name == "convert":
+        from .converters.convert import convert
+
+        return convert
     raise AttributeError(name)

@@ -282,3 +282,18 @@ def test_output_gets_the_usual_file_mode(models, tmp_path) -> None:
     finally:
         os.umask(old)
     assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_qk_norm_drafter_is_refused(models, tmp_path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "speculators", ds, tm.drafter_tensors(ds, 64))
+    path = os.path.join(ck, "model.safetensors")
+    t = load_file(path)
+    t["layers.0.self_attn.q_norm.weight"] = torch.ones(16)
+    save_file(t, path)
+    with pytest.raises(CheckpointError, match="q/k norms"):
+        localspec.convert(ck, models["target"], str(tmp_path / "o.gguf"), log=quiet)
+    assert not (tmp_path / "o.gguf").exists()

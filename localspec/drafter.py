@@ -9,6 +9,8 @@ changes it lacks are applied here, around those graphs:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from . import _native as N
@@ -198,45 +200,43 @@ class Drafter:
             out[i : i + m] = N.float_rows(N.get_embeddings_nextn(self.ctx.ptr), m, self.n_embd)
         return out
 
-    def decode(
-        self, tokens: list[int], embd: np.ndarray, pos0: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Decode pairs (token[i], embd[i]) at positions pos0..; return the last row's logits
-        (a view, valid until the next decode) and its feedback state (a copy).
+    def _decode_chunks(self, tokens: list[int], embd: np.ndarray, pos0: int) -> Iterator[int]:
+        """Decode pairs (token[i], embd[i]) at positions pos0.. in chunks of n_batch rows,
+        yielding each chunk's offset; its rows are readable until the next chunk.
 
         Outputs are requested on every row: the eagle3 graph does not select output rows, so
         asking for fewer returns row 0's values (seen in llama.cpp 0.3.36). It computes every
         row's head anyway, so this costs nothing extra."""
-        n = len(tokens)
         b = self._dec_batch
         assert b.embd is not None
-        last = 0
-        for i in range(0, n, self.n_batch):
-            m = min(self.n_batch, n - i)
+        for i in range(0, len(tokens), self.n_batch):
+            m = min(self.n_batch, len(tokens) - i)
             b.token[:m] = tokens[i : i + m]
             b.embd[:m] = embd[i : i + m]
             b.set(m, pos0 + i, all_logits=True)
             self.ctx.decode(b, "drafter decoder")
-            last = m - 1
+            yield i
+
+    def decode(
+        self, tokens: list[int], embd: np.ndarray, pos0: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Decode pairs; return the last row's logits (a view, valid until the next decode)
+        and its feedback state (a copy)."""
+        for i in self._decode_chunks(tokens, embd, pos0):
+            last = len(tokens) - 1 - i  # the last row's index within the final chunk
         lg = self.ctx.logits_ith(last, self.n_vocab)
-        h = N.float_rows(N.get_embeddings_nextn_ith(self.ctx.ptr, last), 1, self.n_embd)[0]
-        return lg, self.feedback(h)
+        h = N.get_embeddings_nextn_ith(self.ctx.ptr, last)
+        return lg, self.feedback(N.float_rows(h, 1, self.n_embd)[0])
 
     def decode_all(
         self, tokens: list[int], embd: np.ndarray, pos0: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Like decode, but logits and pre-norm states of every row (copies): for checks."""
         n = len(tokens)
-        b = self._dec_batch
-        assert b.embd is not None
         logits = np.empty((n, self.n_vocab), dtype=np.float32)
         hs = np.empty((n, self.n_embd), dtype=np.float32)
-        for i in range(0, n, self.n_batch):
+        for i in self._decode_chunks(tokens, embd, pos0):
             m = min(self.n_batch, n - i)
-            b.token[:m] = tokens[i : i + m]
-            b.embd[:m] = embd[i : i + m]
-            b.set(m, pos0 + i, all_logits=True)
-            self.ctx.decode(b, "drafter decoder")
             logits[i : i + m] = N.float_rows(N.C.llama_get_logits(self.ctx.ptr), m, self.n_vocab)
             for j in range(m):
                 row = N.get_embeddings_nextn_ith(self.ctx.ptr, j)

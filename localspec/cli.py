@@ -84,6 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conv.set_defaults(func=cmd_convert)
 
+    chat = sub.add_parser("chat", help="terminal chat that shows speculation live")
+    _add_model_args(chat)
+    chat.add_argument("--system", default="", help="system prompt")
+    chat.add_argument("--temperature", "--temp", type=float, default=0.0)
+    chat.add_argument("--top-k", type=int, default=0)
+    chat.add_argument("--top-p", type=float, default=1.0)
+    chat.add_argument("--max-tokens", "-n", type=int, default=512)
+    chat.add_argument("--seed", type=int, default=None)
+    chat.set_defaults(func=cmd_chat)
+
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
     info.add_argument("file", help="a GGUF file")
     info.add_argument("--target", help="also check that this drafter pairs with TARGET.gguf")
@@ -114,6 +124,44 @@ def cmd_convert(args: argparse.Namespace) -> int:
         check_acceptance=args.check_acceptance,
         log=lambda m: print(m, file=sys.stderr),
     )
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    import os
+
+    from .discovery import default_target
+    from .sampling import SamplingParams
+
+    # check what can be checked before the full-screen app starts: one clear line on error
+    target = args.target or default_target()
+    if not os.path.isfile(target):
+        raise LocalspecError(f"no such file: {target}")
+    if args.draft and not os.path.isfile(args.draft):
+        raise LocalspecError(f"no such file: {args.draft}")
+    SamplingParams(args.temperature, args.top_k, args.top_p)
+    if not 0 <= args.n_draft <= 32:
+        raise LocalspecError(f"--n-draft must be in 0..32, got {args.n_draft}")
+    if args.max_tokens < 1:
+        raise LocalspecError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    from .tui.app import ChatOptions, LocalspecApp
+    from .tui.store import ChatStore
+
+    opts = ChatOptions(
+        target=target,
+        draft=False if args.no_draft else args.draft,
+        n_draft=args.n_draft,
+        n_gpu_layers=args.gpu_layers,
+        n_threads=args.threads,
+        n_ctx=args.ctx,
+        system=args.system,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+    )
+    LocalspecApp(opts, store=ChatStore()).run()
     return 0
 
 

@@ -1,0 +1,46 @@
+"""Every key binding and slash command, on one screen."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+COMMANDS = [
+    ("/k N", "draft length per step (0 turns speculation off)"),
+    ("/temp T", "sampling temperature (0 = greedy)"),
+    ("/system TEXT", "system prompt for this conversation (empty: none)"),
+    ("/rename TITLE", "rename this conversation"),
+    ("/export [FILE]", "write this conversation as Markdown"),
+    ("/new", "start a new conversation"),
+    ("/clear", "clear the screen and start over in a new conversation"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,f1", "app.pop_screen", "Close")]
+
+    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.key_rows = bindings
+
+    def compose(self) -> ComposeResult:
+        keys = Table(title="Keys", show_header=False, expand=True)
+        keys.add_column(style="bold", no_wrap=True)
+        keys.add_column()
+        for key, desc in self.key_rows:
+            keys.add_row(key, desc)
+        cmds = Table(title="Commands (type them in the prompt)", show_header=False, expand=True)
+        cmds.add_column(style="bold", no_wrap=True)
+        cmds.add_column()
+        for c, desc in COMMANDS:
+            cmds.add_row(c, desc)
+        with VerticalScroll(id="help-box"):
+            yield Static(keys)
+            yield Static(cmds)
+            yield Static(
+                "Tinted text: tokens the drafter proposed and the target accepted.", classes="hint"
+            )

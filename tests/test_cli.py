@@ -81,3 +81,14 @@ def test_convert_command_checks(models, tmp_path, capsys) -> None:
         == 0
     )
     assert "verify" not in capsys.readouterr().err
+
+
+def test_chat_bad_arguments_fail_before_the_app(tmp_path, models, capsys) -> None:
+    assert main(["chat", str(tmp_path / "missing.gguf")]) == 1
+    assert capsys.readouterr().err.startswith("localspec: error: no such file")
+    assert main(["chat", models["target"], "--temperature", "-1"]) == 1
+    assert "temperature" in capsys.readouterr().err
+    assert main(["chat", models["target"], "--n-draft", "99"]) == 1
+    assert "--n-draft" in capsys.readouterr().err
+    assert main(["chat", models["target"], "--draft", str(tmp_path / "nope.gguf")]) == 1
+    assert "nope.gguf" in capsys.readouterr().err

@@ -95,7 +95,10 @@ async def test_tint_toggle_and_ab_speculation(agree, tmp_path) -> None:
         await ready(pilot)
         await say(pilot, "one")
         reply = replies(app)[-1]
+        assert not reply.tint and reply.query_one(".body-md").display  # Markdown by default
+        await pilot.press("ctrl+t")
         assert reply.tint and reply.query_one(".body-tinted").display
+        assert any(acc for _, acc in reply.segments)
         await pilot.press("ctrl+t")
         assert not reply.tint and reply.query_one(".body-md").display
         await pilot.press("ctrl+b")  # speculation off for the next reply

@@ -121,7 +121,7 @@ class LocalspecApp(App[None]):
         self.temperature = options.temperature
         self.system = options.system
         self.speculation = options.draft is not False
-        self.tint = True
+        self.tint = False  # Markdown by default; ctrl+t shows where drafts were accepted
         self.conversation_id: int | None = None
         self.history: list[dict[str, str]] = []
         self.generating = False

@@ -3,10 +3,10 @@ UI change with: pytest tests/test_tui_snapshots.py --snapshot-update"""
 
 from __future__ import annotations
 
-from conftest import EXACT
-
 from localspec.tui.app import ChatOptions, LocalspecApp
 from localspec.tui.store import ChatStore
+
+from conftest import EXACT
 
 SIZE = (110, 34)
 

@@ -293,9 +293,6 @@ class NativeContext:
     def clear(self) -> None:
         C.llama_memory_clear(self.mem, True)
 
-    def set_threads(self, n_threads: int) -> None:
-        C.llama_set_n_threads(self.ptr, n_threads, n_threads)
-
     def close(self) -> None:
         if getattr(self, "ptr", None):
             C.llama_free(self.ptr)

@@ -7,7 +7,7 @@ plus a few merges and ChatML specials) and a ChatML chat template.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import gguf
 import numpy as np
@@ -44,7 +44,6 @@ def vocab() -> tuple[list[str], list[int]]:
 
 N_VOCAB = len(vocab()[0])
 EOS = N_VOCAB - 3  # <|endoftext|>
-IM_END = N_VOCAB - 1
 
 
 @dataclass(frozen=True)
@@ -305,7 +304,3 @@ def write_agreeing_pair(
     ds_path = os.path.join(folder, f"{name}.eagle3.gguf")
     write_drafter(ds_path, tpath, ds, target=ts, tensors=t)
     return tpath, ds_path
-
-
-def with_flags(ds: DrafterShape, **kw: object) -> DrafterShape:
-    return replace(ds, **kw)  # type: ignore[arg-type]

@@ -140,8 +140,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.draft and not os.path.isfile(args.draft):
         raise LocalspecError(f"no such file: {args.draft}")
     SamplingParams(args.temperature, args.top_k, args.top_p)
-    if not 0 <= args.n_draft <= 32:
-        raise LocalspecError(f"--n-draft must be in 0..32, got {args.n_draft}")
+    from .engine import MAX_DRAFT
+
+    if not 0 <= args.n_draft <= MAX_DRAFT:
+        raise LocalspecError(f"--n-draft must be in 0..{MAX_DRAFT}, got {args.n_draft}")
     if args.max_tokens < 1:
         raise LocalspecError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     from .tui.app import ChatOptions, LocalspecApp

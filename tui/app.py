@@ -18,7 +18,9 @@ from textual.message import Message
 from textual.widgets import Input, LoadingIndicator
 from textual.worker import get_current_worker
 
+from localspec.engine import MAX_DRAFT
 from localspec.errors import LocalspecError
+from localspec.sampling import SamplingParams
 
 from .screens.chat import ChatScreen
 from .screens.conversations import ConversationsScreen
@@ -214,14 +216,13 @@ class LocalspecApp(App[None]):
         try:
             if cmd == "/k":
                 k = int(arg)
-                if not 0 <= k <= 32:
+                if not 0 <= k <= MAX_DRAFT:
                     raise ValueError
                 self.k = k
                 self.notify(f"draft length k = {k}")
             elif cmd == "/temp":
                 t = float(arg)
-                if not 0 <= t <= 10:
-                    raise ValueError
+                SamplingParams(t, self.options.top_k, self.options.top_p)  # the engine's rule
                 self.temperature = t
                 self.notify(f"temperature = {t}")
             elif cmd == "/system":

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from localspec import _native as N
 from localspec import gguf_keys as K
+from localspec.ggufdata import read_tensor
 from localspec.stats import Stats
 
 from .formats import DrafterConfig
@@ -68,20 +70,12 @@ class VerifyReport:
 
 
 def _target_matrices(target_path: str, want_head: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """The target's token embeddings and output head in float (dequantized with gguf-py)."""
-    import gguf
-
-    r = gguf.GGUFReader(target_path)
-    by_name = {t.name: t for t in r.tensors}
-
-    def mat(name: str) -> np.ndarray:
-        t = by_name[name]
-        return np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-
-    embd = mat(K.T_TOKEN_EMBD)
+    """The target's token embeddings and output head in float32."""
+    h = N.GGUFHeader(target_path)
+    embd = read_tensor(h, K.T_TOKEN_EMBD)
     head = None
     if want_head:
-        head = mat(K.T_OUTPUT) if K.T_OUTPUT in by_name else embd  # tied embeddings
+        head = read_tensor(h, K.T_OUTPUT) if K.T_OUTPUT in h.tensors else embd  # tied
     return embd, head
 
 

@@ -332,9 +332,21 @@ class Batch:
         if n > self.capacity:
             raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
         self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.seq_ids[:n, 0] = 0
         self.logits[:n] = 1 if all_logits else 0
         if not all_logits and n:
             self.logits[n - 1] = 1
+        self.struct.n_tokens = n
+
+    def set_rows(self, pos: np.ndarray, seq: np.ndarray, *, logits: bool = True) -> None:
+        """Use the first len(pos) rows at explicit positions and sequence ids (multi-sequence
+        batches: parallel generation); outputs on every row when logits is set."""
+        n = len(pos)
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
+        self.pos[:n] = pos
+        self.seq_ids[:n, 0] = seq
+        self.logits[:n] = 1 if logits else 0
         self.struct.n_tokens = n
 
 

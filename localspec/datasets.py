@@ -174,3 +174,25 @@ def jsonl_prompts(path: str) -> list[list[str]]:
     if not out:
         raise LocalspecError(f"{path} holds no prompts")
     return out
+
+
+PROMPT_SETS = ("sharegpt", "mtbench", "humaneval")
+
+
+def conversations(source: str) -> Iterator[list[Message]]:
+    """Conversations from a file path or a named set (sharegpt, mtbench, humaneval)."""
+    if source == "sharegpt":
+        yield from load_conversations(sharegpt_path())
+    elif source == "mtbench":
+        for turns in mtbench_questions():
+            yield [{"role": "user", "content": turns[0]}]
+    elif source == "humaneval":
+        for prompt in humaneval_prompts():
+            yield [{"role": "user", "content": humaneval_instruction(prompt)}]
+    else:
+        yield from load_conversations(source)
+
+
+def humaneval_instruction(prompt: str) -> str:
+    """A HumanEval prompt as a chat request (the models here are chat models)."""
+    return f"Complete this Python function.\n\n```python\n{prompt}```"

@@ -20,6 +20,7 @@ from .sampling import SamplingParams
 from .speculative import ChainState, draft_chain, pick, speculative_step
 from .stats import Stats
 from .target import Target
+from .text import chat_prompt, tokenize
 
 MAX_DRAFT = 32
 FinishReason = Literal["eos", "stop", "length", "context_full"]
@@ -157,19 +158,9 @@ class Engine:
         self, text: str, *, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
         self._check_open()
-        data = text.encode("utf-8")
-        cap = len(data) + 16
-        buf = (N.C.llama_token * cap)()
-        n = N.C.llama_tokenize(
-            self.target.model.vocab, data, len(data), buf, cap, add_special, parse_special
+        return tokenize(
+            self.target.model, text, add_special=add_special, parse_special=parse_special
         )
-        if n < 0:
-            cap = -n
-            buf = (N.C.llama_token * cap)()
-            n = N.C.llama_tokenize(
-                self.target.model.vocab, data, len(data), buf, cap, add_special, parse_special
-            )
-        return list(buf[:n])
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self._piece(t) for t in tokens).decode("utf-8", errors="replace")
@@ -235,27 +226,8 @@ class Engine:
         )
 
     def format_chat(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
         self._check_open()
-        template = self.target.model.meta("tokenizer.chat_template")
-        if not template:
-            raise LocalspecError(
-                f"{self.target.path} has no chat template (tokenizer.chat_template)"
-            )
-        if not messages or any(not isinstance(m, dict) or "role" not in m for m in messages):
-            raise InvalidParameterError("messages must be a non-empty list of {role, content}")
-        vocab = self.target.model.vocab
-        bos = self._token_text(N.C.llama_vocab_bos(vocab))
-        eos = self._token_text(N.C.llama_vocab_eos(vocab))
-        try:
-            fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-            res = fmt(messages=list(messages))  # type: ignore[arg-type]
-        except Exception as exc:  # jinja2 errors and the template's raise_exception
-            raise LocalspecError(f"the model's chat template failed: {exc}") from None
-        return res.prompt, [
-            s for s in ([res.stop] if isinstance(res.stop, str) else res.stop or []) if s
-        ]
+        return chat_prompt(self.target.model, messages, path=self.target.path)
 
     def propose(self, prompt: str | Sequence[int], k: int = 4) -> list[int]:
         """The drafter's greedy chain for the k positions after the target's next token."""
@@ -394,12 +366,6 @@ class Engine:
             n = N.C.llama_token_to_piece(self.target.model.vocab, token, buf, -n, 0, False)
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
-
-    def _token_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        raw = N.C.llama_vocab_get_text(self.target.model.vocab, token)
-        return raw.decode("utf-8", errors="replace") if raw else ""
 
 
 class _TextStream:

@@ -24,6 +24,7 @@ class Target:
         n_gpu_layers: int,
         kv_type: str = "f16",
         flash_attn: bool | None = None,
+        n_seq: int = 1,
     ) -> None:
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -40,6 +41,9 @@ class Target:
                 n_threads=n_threads,
                 kv_type=kv_type,
                 flash_attn=flash_attn,
+                # parallel sequences get a KV stream each, so attention stays per sequence
+                n_seq_max=n_seq,
+                kv_unified=n_seq == 1,
             )
         except BaseException:
             self.model.close()

@@ -1,0 +1,88 @@
+"""Train an EAGLE-3.1 (or EAGLE-3) drafter for a GGUF target: ``localspec train``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from itertools import chain
+
+from ..datasets import conversations
+from ..errors import InvalidParameterError
+from .features import FeatureConfig
+from .trainer import TrainConfig, Trainer, TrainResult, default_taps, target_info
+
+__all__ = ["FeatureConfig", "TrainConfig", "TrainResult", "train"]
+
+
+def train(
+    target: str,
+    data: Sequence[str],
+    out: str,
+    *,
+    config: TrainConfig | None = None,
+    features: FeatureConfig | None = None,
+    taps: Sequence[int] | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int = 0,
+    log: Callable[[str], None] = print,
+    show_progress: bool = True,
+) -> TrainResult:
+    """Make training data with the target (data: files or sharegpt/mtbench/humaneval), then
+    train, resuming whatever `out` already holds. Returns the checkpoint folder and metrics."""
+    from tqdm import tqdm
+
+    cfg = config or TrainConfig()
+    info = target_info(target)
+    tap_ids = tuple(int(t) for t in taps) if taps is not None else default_taps(info.n_layer)
+    if len(tap_ids) != 3:
+        raise InvalidParameterError(f"an EAGLE-3 drafter reads 3 taps, got {list(tap_ids)}")
+    fcfg = features or FeatureConfig(taps=tap_ids)
+    fcfg.taps = tap_ids
+    if not data:
+        raise InvalidParameterError("no training data given")
+    threads = n_threads or max(1, os.cpu_count() or 1)
+    os.makedirs(out, exist_ok=True)
+    items = chain.from_iterable(conversations(d) for d in data)
+    bar = tqdm(desc="features", unit="tok", total=fcfg.max_tokens, disable=not show_progress)
+    from .features import Manifest
+    from .trainer import build_features
+
+    done = Manifest.load(os.path.join(out, "data"))
+    if done is not None:
+        bar.update(done.n_tokens)
+
+    def on_item(rows: int, _: int) -> None:
+        bar.update(rows)
+
+    try:
+        build_features(
+            target,
+            items,
+            os.path.join(out, "data"),
+            fcfg,
+            n_threads=threads,
+            n_gpu_layers=n_gpu_layers,
+            progress=on_item,
+        )
+    finally:
+        bar.close()
+    trainer = Trainer(target, out, cfg, tap_ids, log=log)
+    total = cfg.max_steps
+    tbar = tqdm(
+        desc="train", unit="step", total=total, initial=trainer.step, disable=not show_progress
+    )
+    shown: dict[str, str] = {}
+
+    def on_step(rec: dict[str, float]) -> None:
+        shown["loss"] = f"{rec['loss']:.3f}"
+        shown["acc0"] = f"{rec['acc0']:.2f}"
+        if "held_tau" in rec:
+            shown["held tau"] = f"{rec['held_tau']:.2f}"
+        tbar.set_postfix(shown, refresh=False)
+        tbar.update(1)
+
+    try:
+        result = trainer.run(on_step)
+    finally:
+        tbar.close()
+    return result

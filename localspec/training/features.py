@@ -1,0 +1,340 @@
+"""Training data made by the GGUF target itself, through llama.cpp.
+
+For every position of a sequence we keep what the drafter sees and what it must predict:
+the three tapped hidden states (float16) and the target's top-K next-token log-probabilities.
+With ``generate`` the target writes its own replies to the prompts (greedy by default: the
+distribution the drafter meets at run time), several sequences decoding in one batch, and the
+same decodes yield the features, so generation and extraction are a single pass.
+
+Shards are ``data/shard-NNNNN.npz`` (concatenated sequences plus offsets) listed in
+``data/manifest.json`` together with the source items already done, so an interrupted run
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import _native as N
+from ..datasets import Message
+from ..errors import InvalidParameterError, LocalspecError
+from ..sampling import SamplingParams
+from ..speculative import pick
+from ..target import Target
+from ..text import chat_prompt, tokenize
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class FeatureConfig:
+    taps: tuple[int, ...]
+    generate: bool = True  # the target writes the replies (else the data's own text is used)
+    temperature: float = 0.0  # for generated replies; 0 = greedy
+    max_prompt: int = 512  # longer prompts are skipped
+    max_new: int = 256  # tokens per generated reply
+    max_tokens: int = 400_000  # stop after this many positions in total
+    n_parallel: int = 16  # sequences decoded together
+    top_labels: int = 8  # target log-probabilities kept per position
+    shard_tokens: int = 32_768
+    seed: int = 0
+
+
+@dataclass
+class Manifest:
+    target_fingerprint: str
+    config: dict
+    done: list[int] = field(default_factory=list)  # source item indices written to shards
+    shards: list[str] = field(default_factory=list)
+    n_tokens: int = 0  # positions with features
+    n_label_tokens: int = 0  # positions that carry loss
+
+    @staticmethod
+    def load(folder: str) -> Manifest | None:
+        path = os.path.join(folder, MANIFEST)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return Manifest(**json.load(fh))
+        except (ValueError, TypeError) as exc:
+            raise LocalspecError(f"{path} is corrupt ({exc}); delete the data folder") from None
+
+    def save(self, folder: str) -> None:
+        _atomic_write(os.path.join(folder, MANIFEST), json.dumps(asdict(self)).encode())
+
+
+@dataclass
+class _Seq:
+    item: int
+    tokens: list[int]
+    loss_start: int  # first position whose label is trained on (the drafter never predicts
+    # the reply's first token: the target does)
+    taps: list[np.ndarray] = field(default_factory=list)
+    label_ids: list[np.ndarray] = field(default_factory=list)
+    label_logp: list[np.ndarray] = field(default_factory=list)
+    n_new: int = 0
+    done: bool = False
+
+    @property
+    def n_rows(self) -> int:
+        return sum(len(t) for t in self.taps)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def top_labels(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k most likely ids per row and their log-probabilities (over the whole vocabulary)."""
+    import torch
+
+    z = torch.from_numpy(np.ascontiguousarray(logits, dtype=np.float32))
+    vals, ids = z.topk(k, dim=-1)
+    logp = vals - torch.logsumexp(z, dim=-1, keepdim=True)
+    return ids.numpy().astype(np.int32), logp.numpy().astype(np.float16)
+
+
+class FeatureWriter:
+    """Runs the target over source items and writes feature shards."""
+
+    def __init__(self, target: Target, folder: str, cfg: FeatureConfig) -> None:
+        if cfg.n_parallel < 1 or cfg.max_new < 1 or cfg.max_prompt < 1 or cfg.top_labels < 1:
+            raise InvalidParameterError("n_parallel, max_new, max_prompt, top_labels must be > 0")
+        self.t = target
+        self.cfg = cfg
+        self.folder = folder
+        os.makedirs(folder, exist_ok=True)
+        fp = target.vocab_fingerprint
+        want = {k: v for k, v in asdict(cfg).items() if k not in ("max_tokens", "n_parallel")}
+        want["taps"] = list(cfg.taps)
+        m = Manifest.load(folder)
+        if m is not None and (m.target_fingerprint != fp or m.config != want):
+            raise LocalspecError(
+                f"{folder} holds training data made with another target or other settings "
+                f"({m.config}); use a new output folder or delete it"
+            )
+        self.manifest = m or Manifest(target_fingerprint=fp, config=want)
+        self.pending: list[_Seq] = []
+        self.eog = np.array(
+            [bool(N.C.llama_vocab_is_eog(target.model.vocab, i)) for i in range(target.n_vocab)]
+        )
+        self.rng = np.random.default_rng(cfg.seed + len(self.manifest.shards))
+        self.sampling = SamplingParams(temperature=cfg.temperature)
+        self.batch = N.Batch(target.n_batch)
+        self.seq_len = target.n_ctx // cfg.n_parallel
+
+    # --- preparing sequences -----------------------------------------------------------------
+
+    def _prepare(self, item: int, messages: list[Message]) -> _Seq | None:
+        model = self.t.model
+        if self.cfg.generate:
+            # the conversation up to its first user turn; the target writes the reply
+            upto = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+            if upto is None:
+                return None
+            text, _ = chat_prompt(model, messages[: upto + 1], path=self.t.path)
+            tokens = tokenize(model, text, add_special=True, parse_special=True)
+            if len(tokens) > self.cfg.max_prompt or len(tokens) + 8 > self.seq_len:
+                return None
+            return _Seq(item, tokens, loss_start=len(tokens))
+        if any(m["role"] == "assistant" for m in messages):
+            first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+            head, _ = chat_prompt(model, messages[:first], path=self.t.path)
+            text, _ = chat_prompt(model, messages, path=self.t.path)
+            start = len(tokenize(model, head, add_special=True, parse_special=True))
+        else:  # plain text: every position is trained on
+            text, start = "\n\n".join(m["content"] for m in messages), 0
+        tokens = tokenize(model, text, add_special=True, parse_special=True)
+        tokens = tokens[: self.seq_len]
+        if len(tokens) < 4:
+            return None
+        return _Seq(item, tokens, loss_start=max(start, 0))
+
+    # --- decoding ----------------------------------------------------------------------------
+
+    def _decode(self, rows: list[tuple[_Seq, int, int]]) -> None:
+        """Decode (sequence, slot, position) rows in one batch and record taps and labels."""
+        b = self.batch
+        n = len(rows)
+        b.token[:n] = [s.tokens[p] for s, _, p in rows]
+        b.set_rows(
+            np.array([p for _, _, p in rows], dtype=np.int32),
+            np.array([slot for _, slot, _ in rows], dtype=np.int32),
+        )
+        self.t.ctx.decode(b, "target batch (training data)")
+        taps = self.t.read_taps(n).astype(np.float16)
+        logits = N.float_rows(N.C.llama_get_logits(self.t.ctx.ptr), n, self.t.n_vocab)
+        ids, logp = top_labels(logits, self.cfg.top_labels)
+        start = 0
+        while start < n:  # rows of one sequence are contiguous
+            s = rows[start][0]
+            end = start
+            while end < n and rows[end][0] is s:
+                end += 1
+            s.taps.append(taps[start:end])
+            s.label_ids.append(ids[start:end])
+            s.label_logp.append(logp[start:end])
+            if self.cfg.generate and rows[end - 1][2] == len(s.tokens) - 1:
+                self._extend(s, logits[end - 1])
+            start = end
+
+    def _extend(self, s: _Seq, logits: np.ndarray) -> None:
+        """Append the target's next token to a generating sequence (greedy or sampled)."""
+        if s.n_new >= self.cfg.max_new or len(s.tokens) >= self.seq_len:
+            s.done = True
+            return
+        tok, _ = pick(logits, self.sampling, self.rng)
+        s.tokens.append(int(tok))
+        s.n_new += 1
+        if self.eog[tok] or s.n_new >= self.cfg.max_new:
+            s.done = True  # the last token needs no features: nothing follows it
+
+    def run(
+        self,
+        items: Iterable[list[Message]],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Manifest:
+        """Process source items until max_tokens positions are written (resumes a manifest)."""
+        cfg, m = self.cfg, self.manifest
+        done = set(m.done)
+        source: Iterator[tuple[int, list[Message]]] = (
+            (i, msgs) for i, msgs in enumerate(items) if i not in done
+        )
+        slots: list[_Seq | None] = [None] * cfg.n_parallel
+        queued = m.n_tokens
+        exhausted = False
+        while True:
+            for slot in range(cfg.n_parallel):  # fill free slots, prefilling their prompts
+                while slots[slot] is None and not exhausted and queued < cfg.max_tokens:
+                    nxt = next(source, None)
+                    if nxt is None:
+                        exhausted = True
+                        break
+                    s = self._prepare(*nxt)
+                    if s is None:
+                        continue
+                    self.t.ctx.seq_rm(0, -1, slot)
+                    n_prompt = len(s.tokens)
+                    for p0 in range(0, n_prompt, self.t.n_batch):
+                        p1 = min(p0 + self.t.n_batch, n_prompt)
+                        self._decode([(s, slot, p) for p in range(p0, p1)])
+                    queued += len(s.tokens) + (cfg.max_new if cfg.generate else 0)
+                    slots[slot] = s
+                    if not cfg.generate:
+                        s.done = True
+            live = [(s, i) for i, s in enumerate(slots) if s is not None]
+            for s, i in live:
+                if s.done:
+                    self._finish(s, progress)
+                    slots[i] = None
+            live = [(s, i) for i, s in enumerate(slots) if s is not None]
+            if not live:
+                if exhausted or queued >= cfg.max_tokens:
+                    break
+                continue
+            self._decode([(s, i, len(s.tokens) - 1) for s, i in live])
+        self._flush(force=True)
+        return m
+
+    # --- shards ------------------------------------------------------------------------------
+
+    def _finish(self, s: _Seq, progress: Callable[[int, int], None] | None) -> None:
+        if s.n_rows >= 3:
+            self.pending.append(s)
+        else:
+            self.manifest.done.append(s.item)
+        if progress is not None:
+            progress(s.n_rows, 1)
+        self._flush(force=False)
+
+    def _flush(self, *, force: bool) -> None:
+        rows = sum(s.n_rows for s in self.pending)
+        if not self.pending or (rows < self.cfg.shard_tokens and not force):
+            return
+        m, seqs = self.manifest, self.pending
+        taps = np.concatenate([np.concatenate(s.taps) for s in seqs])
+        ids = np.concatenate([np.concatenate(s.label_ids) for s in seqs])
+        logp = np.concatenate([np.concatenate(s.label_logp) for s in seqs])
+        # tokens keep one more entry than rows when the last token was never decoded
+        tokens = np.concatenate([np.asarray(s.tokens[: s.n_rows + 1], np.int32) for s in seqs])
+        offsets = np.cumsum([0] + [s.n_rows for s in seqs]).astype(np.int64)
+        tok_offsets = np.cumsum([0] + [min(len(s.tokens), s.n_rows + 1) for s in seqs])
+        name = f"shard-{len(m.shards):05d}.npz"
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".npz")
+        os.close(fd)
+        try:
+            np.savez(
+                tmp,
+                taps=taps,
+                label_ids=ids,
+                label_logp=logp,
+                tokens=tokens,
+                offsets=offsets,
+                tok_offsets=tok_offsets.astype(np.int64),
+                loss_start=np.array([s.loss_start for s in seqs], np.int64),
+            )
+            os.replace(tmp, os.path.join(self.folder, name))
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        m.shards.append(name)
+        m.done.extend(s.item for s in seqs)
+        m.n_tokens += int(offsets[-1])
+        m.n_label_tokens += sum(max(0, s.n_rows - s.loss_start) for s in seqs)
+        m.save(self.folder)
+        self.pending = []
+
+
+@dataclass
+class Sequence:
+    """One training sequence: its features and labels (rows) and its tokens (rows or rows+1)."""
+
+    taps: np.ndarray  # [rows, 3H] float16
+    label_ids: np.ndarray  # [rows, K]
+    label_logp: np.ndarray  # [rows, K]
+    tokens: np.ndarray  # [>= rows]
+    loss_start: int
+
+
+def load_sequences(folder: str) -> list[Sequence]:
+    """All sequences of a data folder (shards are read fully into memory)."""
+    m = Manifest.load(folder)
+    if m is None:
+        raise LocalspecError(f"{folder} holds no training data ({MANIFEST} is missing)")
+    out = []
+    for name in m.shards:
+        path = os.path.join(folder, name)
+        try:
+            with np.load(path) as z:
+                d = {k: z[k] for k in z.files}
+        except (OSError, ValueError, KeyError) as exc:
+            raise LocalspecError(f"cannot read training shard {path}: {exc}") from None
+        off, toff = d["offsets"], d["tok_offsets"]
+        for i in range(len(off) - 1):
+            a, b = int(off[i]), int(off[i + 1])
+            out.append(
+                Sequence(
+                    taps=d["taps"][a:b],
+                    label_ids=d["label_ids"][a:b],
+                    label_logp=d["label_logp"][a:b],
+                    tokens=d["tokens"][int(toff[i]) : int(toff[i + 1])],
+                    loss_start=int(d["loss_start"][i]),
+                )
+            )
+    return out

@@ -1,0 +1,641 @@
+"""Training an EAGLE-3 / EAGLE-3.1 drafter for a GGUF target, resumable across runs.
+
+Layout of the output folder:
+- ``data/``: feature shards made by the target (see features.py)
+- ``state.pt``: model, optimizer and progress, saved every few minutes and at the end
+- ``checkpoint/``: the drafter in SpecForge's layout (config.json + model.safetensors), which
+  ``localspec convert`` turns into a GGUF like any downloaded drafter
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import _native as N
+from ..errors import InvalidParameterError, LocalspecError
+from ..ggufdata import read_tensors
+from .features import FeatureConfig, FeatureWriter, Sequence, load_sequences
+
+VARIANTS = ("eagle3.1", "eagle3")
+STATE = "state.pt"
+CHECKPOINT = "checkpoint"
+
+
+@dataclass
+class TrainConfig:
+    variant: str = "eagle3.1"  # eagle3.1: fc_norm + norm_output; eagle3: neither
+    draft_vocab: int = 16_384
+    steps_unrolled: int = 5  # training-time-test depth
+    window: int = 512  # rows per training window
+    batch_tokens: int = 2048  # rows per optimizer step
+    lr: float = 6e-4
+    warmup: int = 50
+    weight_decay: float = 0.0
+    max_steps: int | None = None
+    time_budget: float | None = None  # seconds of training in this run
+    eval_every: int = 100
+    save_every: float = 300.0  # seconds
+    init: str = "target"  # "target": top layer + head of the target; "random"
+    held_out: float = 0.03  # share of sequences kept for the acceptance estimate
+    seed: int = 0
+    device: str = "auto"
+    threads: int = 0  # 0 = torch's default
+
+
+@dataclass
+class EvalResult:
+    loss: float
+    acc: list[float]  # top-1 agreement with the target per draft step (teacher-forced chain)
+    tau: float  # expected tokens per verify at k = steps_unrolled, from exact chains
+    coverage: float  # share of held-out target tokens inside the draft vocabulary
+
+
+@dataclass
+class TrainResult:
+    folder: str
+    checkpoint: str
+    steps: int
+    seconds: float
+    positions: int
+    first_loss: float | None
+    last_loss: float | None
+    untrained: EvalResult | None
+    final: EvalResult
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def pick_device(name: str) -> str:
+    import torch
+
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+# --- target description ---------------------------------------------------------------------
+
+
+@dataclass
+class TargetInfo:
+    path: str
+    n_layer: int
+    hidden: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    rms_eps: float
+    rope_theta: float
+    context_length: int
+    n_vocab: int
+
+
+def target_info(path: str) -> TargetInfo:
+    h = N.GGUFHeader(path)
+    emb = h.tensors.get("token_embd.weight")
+    if emb is None or h.arch_key("block_count") is None:
+        raise LocalspecError(f"{path} is not a transformer GGUF this trainer understands")
+    n_head = int(h.arch_key("attention.head_count"))
+    kv = h.arch_key("attention.head_count_kv")
+    return TargetInfo(
+        path=path,
+        n_layer=int(h.arch_key("block_count")),
+        hidden=int(h.arch_key("embedding_length")),
+        n_ff=int(h.arch_key("feed_forward_length")),
+        n_head=n_head,
+        n_head_kv=int(kv) if isinstance(kv, int) else n_head,
+        rms_eps=float(h.arch_key("attention.layer_norm_rms_epsilon") or 1e-5),
+        rope_theta=float(h.arch_key("rope.freq_base") or 10000.0),
+        context_length=int(h.arch_key("context_length") or 4096),
+        n_vocab=int(emb.shape[1]),
+    )
+
+
+def default_taps(n_layer: int) -> tuple[int, int, int]:
+    """llama.cpp's (and EAGLE-3's) default: inputs of layers 2, L/2 and L-3."""
+    return (min(2, n_layer - 1), n_layer // 2, max(1, n_layer - 3))
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+def build_features(
+    target_path: str,
+    items: Iterable[list[dict[str, str]]],
+    folder: str,
+    fcfg: FeatureConfig,
+    *,
+    n_threads: int,
+    n_gpu_layers: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    from ..target import Target
+
+    seq_len = -(-(fcfg.max_prompt + fcfg.max_new + 8) // 256) * 256
+    target = Target(
+        target_path,
+        n_ctx=seq_len * fcfg.n_parallel,
+        n_batch=max(512, fcfg.n_parallel),
+        n_threads=n_threads,
+        n_gpu_layers=n_gpu_layers,
+        n_seq=fcfg.n_parallel,
+    )
+    try:
+        target.enable_taps(fcfg.taps)
+        FeatureWriter(target, folder, fcfg).run(items, progress)
+    finally:
+        target.close()
+
+
+def choose_draft_vocab(seqs: list[Sequence], size: int, n_vocab: int) -> np.ndarray:
+    """The `size` target tokens the target predicts most often (ascending ids): the drafter can
+    only propose these, so coverage of the target's own choices is what counts."""
+    size = min(size, n_vocab)
+    counts = np.zeros(n_vocab, dtype=np.float64)
+    for s in seqs:
+        np.add.at(counts, s.label_ids[s.loss_start :, 0], 1.0)
+        np.add.at(counts, s.label_ids[:, 1:].reshape(-1), 1e-3)  # ties: likely alternatives
+    order = np.lexsort((np.arange(n_vocab), -counts))
+    return np.sort(order[:size]).astype(np.int64)
+
+
+class Batcher:
+    """Windows of sequences packed into padded batches (tensors on the training device)."""
+
+    def __init__(self, seqs: list[Sequence], cfg: TrainConfig, t2d_map: np.ndarray) -> None:
+        self.seqs = seqs
+        self.cfg = cfg
+        self.map = t2d_map
+        self.windows = [
+            (i, a, min(a + cfg.window, len(s.taps)))
+            for i, s in enumerate(seqs)
+            for a in range(0, len(s.taps), cfg.window)
+            if min(a + cfg.window, len(s.taps)) - a >= 2
+        ]
+
+    def batches(self, order: np.ndarray) -> list[list[tuple[int, int, int]]]:
+        """Group windows (in this order) into batches of about batch_tokens rows."""
+        out, cur, rows = [], [], 0
+        for w in (self.windows[i] for i in order):
+            n = w[2] - w[1]
+            if cur and (rows + n) > self.cfg.batch_tokens:
+                out.append(cur)
+                cur, rows = [], 0
+            cur.append(w)
+            rows += n
+        if cur:
+            out.append(cur)
+        return out
+
+    def tensors(self, batch: list[tuple[int, int, int]], device: str) -> dict[str, Any]:
+        import torch
+
+        S = self.cfg.steps_unrolled
+        B = len(batch)
+        W = max(b - a for _, a, b in batch)
+        C = W + S - 1  # columns c = P + j; the label sits at sequence position a + c + 1
+        H3 = self.seqs[batch[0][0]].taps.shape[1]
+        K = self.seqs[batch[0][0]].label_ids.shape[1]
+        taps = np.zeros((B, W, H3), np.float32)
+        tok = np.zeros((B, C), np.int64)
+        ids = np.full((B, C, K), -1, np.int64)
+        logp = np.zeros((B, C, K), np.float32)
+        valid = np.zeros((B, C), bool)
+        for r, (si, a, b) in enumerate(batch):
+            s = self.seqs[si]
+            n_rows = len(s.taps)
+            taps[r, : b - a] = s.taps[a:b]
+            lo, hi = a + 1, min(a + 1 + C, n_rows)  # label positions that exist
+            if hi <= lo:
+                continue
+            n = hi - lo
+            tok[r, :n] = s.tokens[lo:hi]
+            ids[r, :n] = self.map[s.label_ids[lo:hi]]
+            logp[r, :n] = s.label_logp[lo:hi]
+            pos = np.arange(lo, hi)
+            # a column is trained only if its row P = c - j lies inside the window: checked
+            # per step in the loss; here: the label exists and belongs to the reply
+            valid[r, :n] = pos >= s.loss_start
+        return {
+            "taps": torch.from_numpy(taps).to(device),
+            "tokens": torch.from_numpy(tok).to(device),
+            "ids": torch.from_numpy(ids).to(device),
+            "logp": torch.from_numpy(logp).to(device),
+            "valid": torch.from_numpy(valid).to(device),
+            "rows": torch.tensor([b - a for _, a, b in batch], device=device),
+            "W": W,
+        }
+
+
+def step_losses(model: Any, t: dict[str, Any], steps: int) -> tuple[Any, list[Any], list[Any]]:
+    """Weighted loss over the unrolled steps, and per step the (correct, counted) row masks."""
+    import torch
+
+    W = t["W"]
+    in_window = torch.arange(W, device=t["taps"].device)[None, :] < t["rows"][:, None]
+    outs = model.unroll(model.encode(t["taps"]), t["tokens"], steps)
+    total = 0.0
+    correct, counted = [], []
+    for j, h in enumerate(outs):
+        ids = t["ids"][:, j : j + W]
+        logits = model.lm_head(h)
+        lp = logits.float().log_softmax(-1)
+        inv = ids < 0
+        q = t["logp"][:, j : j + W].exp().masked_fill(inv, 0.0)
+        q = q / q.sum(-1, keepdim=True).clamp_min(1e-9)
+        row_loss = -(q * lp.gather(-1, ids.clamp_min(0))).sum(-1)
+        mask = t["valid"][:, j : j + W] & in_window
+        train_mask = mask & ~inv[..., 0]  # the target's choice must be draftable
+        n = train_mask.sum().clamp_min(1)
+        total = total + (0.8**j) * (row_loss * train_mask).sum() / n
+        correct.append((logits.argmax(-1) == ids[..., 0]) & mask)
+        counted.append(mask)
+    return total, correct, counted
+
+
+def evaluate(model: Any, batches: list[dict[str, Any]], steps: int) -> EvalResult:
+    """Held-out loss, per-step agreement and the chain estimate of tau at k = steps: a row's
+    chain accepts while each step agrees with the target (for greedy self-generated data the
+    fed tokens are exactly those a real chain would see)."""
+    import torch
+
+    loss_sum, n_b = 0.0, 0
+    hits = np.zeros(steps)
+    cnt = np.zeros(steps)
+    chain_sum, chain_rows, cov_in, cov_all = 0.0, 0, 0, 0
+    model.eval()
+    with torch.no_grad():
+        for t in batches:
+            loss, correct, counted = step_losses(model, t, steps)
+            loss_sum += float(loss)
+            n_b += 1
+            run = torch.ones_like(correct[0])
+            length = torch.zeros(correct[0].shape, device=correct[0].device)
+            for j in range(steps):
+                hits[j] += float(correct[j].sum())
+                cnt[j] += float(counted[j].sum())
+                run = run & correct[j]
+                length = length + run.float()
+            base = counted[0]
+            chain_sum += float((length * base).sum())
+            chain_rows += int(base.sum())
+            ids0 = t["ids"][:, : t["W"], 0]
+            cov_in += int(((ids0 >= 0) & base).sum())
+            cov_all += int(base.sum())
+    model.train()
+    return EvalResult(
+        loss=loss_sum / max(n_b, 1),
+        acc=[float(h / c) if c else 0.0 for h, c in zip(hits, cnt, strict=True)],
+        tau=1.0 + chain_sum / max(chain_rows, 1),
+        coverage=cov_in / max(cov_all, 1),
+    )
+
+
+# --- checkpoint -------------------------------------------------------------------------------
+
+
+def export_checkpoint(
+    model: Any, folder: str, taps: tuple[int, ...], draft_ids: np.ndarray, meta: dict[str, Any]
+) -> str:
+    """Write the drafter in SpecForge's layout (LlamaForCausalLMEagle3, safetensors)."""
+    import torch
+    from safetensors.torch import save_file
+
+    c = model.c
+    out = os.path.join(folder, CHECKPOINT)
+    tmp = tempfile.mkdtemp(dir=folder, prefix=".tmp-ckpt-")
+    try:
+        tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+        ids = torch.from_numpy(draft_ids)
+        tensors["d2t"] = ids - torch.arange(len(ids))  # offsets: target id = i + d2t[i]
+        t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
+        t2d[ids] = True
+        tensors["t2d"] = t2d
+        save_file(tensors, os.path.join(tmp, "model.safetensors"))
+        config = {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_attention_heads": c.n_head,
+            "num_key_value_heads": c.n_head_kv,
+            "num_hidden_layers": 1,
+            "head_dim": c.hidden_size // c.n_head,
+            "rms_norm_eps": c.rms_eps,
+            "rope_theta": c.rope_theta,
+            "max_position_embeddings": c.context_length,
+            "vocab_size": c.vocab_size,
+            "draft_vocab_size": c.draft_vocab_size,
+            "target_hidden_size": c.target_hidden_size,
+            "tie_word_embeddings": False,
+            "torch_dtype": "float32",
+            "fc_norm": c.fc_norm,
+            "norm_output": c.norm_output,
+            # SpecForge numbers taps as layer outputs: input of layer i = output of layer i-1
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [t - 1 for t in taps]},
+            "localspec": meta,
+        }
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
+            json.dump(config, fh, indent=2)
+        if os.path.isdir(out):
+            old = out + ".old"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            import shutil
+
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _save_state(path: str, state: dict[str, Any]) -> None:
+    import torch
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="tmp-state-", suffix=".pt")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+class Trainer:
+    def __init__(
+        self,
+        target_path: str,
+        folder: str,
+        cfg: TrainConfig,
+        taps: tuple[int, ...],
+        log: Callable[[str], None] = print,
+    ) -> None:
+        import torch
+
+        if cfg.variant not in VARIANTS:
+            raise InvalidParameterError(f"variant must be one of {VARIANTS}, got {cfg.variant!r}")
+        if cfg.steps_unrolled < 1 or cfg.window < 2 or cfg.batch_tokens < cfg.window:
+            raise InvalidParameterError(
+                "steps_unrolled must be >= 1 and batch_tokens >= window >= 2"
+            )
+        if cfg.draft_vocab < 2 or cfg.lr <= 0:
+            raise InvalidParameterError("draft_vocab must be >= 2 and lr > 0")
+        if any(t < 1 for t in taps):
+            raise InvalidParameterError(
+                f"taps {list(taps)}: the checkpoint layout counts layer outputs, so each tap "
+                "(a layer input) must be >= 1"
+            )
+        self.cfg, self.folder, self.taps, self.log = cfg, folder, tuple(taps), log
+        self.info = target_info(target_path)
+        self.device = pick_device(cfg.device)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        seqs = load_sequences(os.path.join(folder, "data"))
+        if len(seqs) < 2:
+            raise LocalspecError(f"too little training data in {folder}/data: {len(seqs)} items")
+        rng = np.random.default_rng(cfg.seed)
+        perm = rng.permutation(len(seqs))
+        n_hold = max(1, int(round(len(seqs) * cfg.held_out)))
+        self.train_seqs = [seqs[i] for i in perm[n_hold:]]
+        self.held_seqs = [seqs[i] for i in perm[:n_hold]]
+        self.state_path = os.path.join(folder, STATE)
+        resume = self._load_state()
+        if resume is not None:
+            self.draft_ids = resume["draft_ids"]
+        else:
+            self.draft_ids = choose_draft_vocab(self.train_seqs, cfg.draft_vocab, self.info.n_vocab)
+        self.t2d_map = np.full(self.info.n_vocab, -1, np.int64)
+        self.t2d_map[self.draft_ids] = np.arange(len(self.draft_ids))
+        self.model = self._build_model(resume)
+        self.train_data = Batcher(self.train_seqs, cfg, self.t2d_map)
+        held = Batcher(self.held_seqs, cfg, self.t2d_map)
+        self.held = [
+            held.tensors(b, self.device) for b in held.batches(np.arange(len(held.windows)))
+        ][:8]
+        decay = [p for n, p in self.model.named_parameters() if p.ndim > 1]
+        other = [p for n, p in self.model.named_parameters() if p.ndim <= 1]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other}],
+            lr=cfg.lr,
+            betas=(0.9, 0.95),
+        )
+        self.step, self.epoch, self.cursor, self.seconds, self.positions = 0, 0, 0, 0.0, 0
+        self.history: list[dict[str, float]] = []
+        self.untrained: EvalResult | None = None
+        if resume is not None:
+            self.opt.load_state_dict(resume["opt"])
+            self.step, self.epoch, self.cursor = resume["step"], resume["epoch"], resume["cursor"]
+            self.seconds, self.positions = resume["seconds"], resume["positions"]
+            self.history = resume["history"]
+            self.untrained = EvalResult(**resume["untrained"]) if resume["untrained"] else None
+            log(f"resuming at step {self.step} ({self.seconds / 60:.1f} min trained so far)")
+
+    def _load_state(self) -> dict[str, Any] | None:
+        import torch
+
+        if not os.path.isfile(self.state_path):
+            return None
+        try:
+            st = torch.load(self.state_path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # a torn or foreign file
+            raise LocalspecError(f"cannot resume from {self.state_path}: {exc}") from None
+        mine = {k: v for k, v in asdict(self.cfg).items() if k in RESUME_KEYS}
+        theirs = {k: v for k, v in st["config"].items() if k in RESUME_KEYS}
+        if mine != theirs or tuple(st["taps"]) != self.taps:
+            raise LocalspecError(
+                f"{self.state_path} was trained with other settings {theirs} (taps "
+                f"{list(st['taps'])}); use another output folder or the same settings"
+            )
+        return st
+
+    def _build_model(self, resume: dict[str, Any] | None) -> Any:
+        import torch
+
+        from .model import DraftConfig, Eagle3Drafter
+
+        i, v31 = self.info, self.cfg.variant == "eagle3.1"
+        dc = DraftConfig(
+            hidden_size=i.hidden,
+            intermediate_size=i.n_ff,
+            n_head=i.n_head,
+            n_head_kv=i.n_head_kv,
+            target_hidden_size=i.hidden,
+            vocab_size=i.n_vocab,
+            draft_vocab_size=len(self.draft_ids),
+            rms_eps=i.rms_eps,
+            rope_theta=i.rope_theta,
+            context_length=i.context_length,
+            fc_norm=v31,
+            norm_output=v31,
+        )
+        top = i.n_layer - 1
+        names = ["token_embd.weight", "output_norm.weight"]
+        hdr = N.GGUFHeader(i.path)
+        if "output.weight" in hdr.tensors:
+            names.append("output.weight")
+        if self.cfg.init == "target" and resume is None:
+            names += [f"blk.{top}.{n}" for n in TOP_LAYER_TENSORS]
+        w = read_tensors(i.path, names)
+        embed = torch.from_numpy(w["token_embd.weight"])
+        model = Eagle3Drafter(dc, embed)
+        if resume is not None:
+            model.load_state_dict(resume["model"])
+        elif self.cfg.init == "target":
+            sample = np.concatenate([s.taps for s in self.train_seqs[:32]]).astype(np.float32)
+            rms = np.sqrt(np.square(sample.reshape(len(sample), 3, i.hidden)).mean(axis=(0, 2)))
+            model.init_from_target(w, self.draft_ids, rms, top)
+        elif self.cfg.init != "random":
+            raise InvalidParameterError("init must be 'target' or 'random'")
+        return model.to(self.device)
+
+    def _lr(self) -> float:
+        return self.cfg.lr * min(1.0, (self.step + 1) / max(self.cfg.warmup, 1))
+
+    def save(self) -> None:
+        _save_state(
+            self.state_path,
+            {
+                "model": self.model.state_dict(),
+                "opt": self.opt.state_dict(),
+                "config": asdict(self.cfg),
+                "taps": list(self.taps),
+                "draft_ids": self.draft_ids,
+                "step": self.step,
+                "epoch": self.epoch,
+                "cursor": self.cursor,
+                "seconds": self.seconds,
+                "positions": self.positions,
+                "history": self.history,
+                "untrained": asdict(self.untrained) if self.untrained else None,
+            },
+        )
+
+    def export(self) -> str:
+        meta = {
+            "trained_by": "localspec train",
+            "variant": self.cfg.variant,
+            "steps": self.step,
+            "positions": self.positions,
+            "train_seconds": round(self.seconds, 1),
+            "target": os.path.basename(self.info.path),
+            "taps_layer_inputs": list(self.taps),
+        }
+        return export_checkpoint(self.model, self.folder, self.taps, self.draft_ids, meta)
+
+    def run(self, progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
+        import torch
+
+        cfg = self.cfg
+        if self.untrained is None:
+            self.untrained = evaluate(self.model, self.held, cfg.steps_unrolled)
+            self.log(
+                f"untrained: held-out loss {self.untrained.loss:.3f}, tau(k={cfg.steps_unrolled})"
+                f" {self.untrained.tau:.2f}, draft-vocab coverage {self.untrained.coverage:.1%}"
+            )
+        t_start = time.perf_counter()
+        t_saved = t_start
+        base_seconds = self.seconds
+        first_loss: float | None = None
+        last_loss: float | None = None
+        order = np.random.default_rng(cfg.seed + self.epoch).permutation(
+            len(self.train_data.windows)
+        )
+        batches = self.train_data.batches(order)
+        final: EvalResult | None = None
+        try:
+            while True:
+                if cfg.max_steps is not None and self.step >= cfg.max_steps:
+                    break
+                if cfg.time_budget is not None and time.perf_counter() - t_start >= cfg.time_budget:
+                    break
+                if self.cursor >= len(batches):
+                    self.epoch += 1
+                    self.cursor = 0
+                    order = np.random.default_rng(cfg.seed + self.epoch).permutation(
+                        len(self.train_data.windows)
+                    )
+                    batches = self.train_data.batches(order)
+                batch = self.train_data.tensors(batches[self.cursor], self.device)
+                for g in self.opt.param_groups:
+                    g["lr"] = self._lr()
+                loss, correct, counted = step_losses(self.model, batch, cfg.steps_unrolled)
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+                self.opt.step()
+                self.step += 1
+                self.cursor += 1
+                self.positions += int(counted[0].sum())
+                last_loss = float(loss.detach())
+                if first_loss is None:
+                    first_loss = last_loss
+                self.seconds = base_seconds + time.perf_counter() - t_start
+                rec = {
+                    "step": self.step,
+                    "loss": last_loss,
+                    "acc0": float(correct[0].sum()) / max(int(counted[0].sum()), 1),
+                    "seconds": self.seconds,
+                }
+                if self.step % cfg.eval_every == 0:
+                    ev = evaluate(self.model, self.held, cfg.steps_unrolled)
+                    rec.update(held_loss=ev.loss, held_tau=ev.tau, held_acc0=ev.acc[0])
+                    self.history.append(rec)
+                if progress is not None:
+                    progress(rec)
+                if time.perf_counter() - t_saved >= cfg.save_every:
+                    self.save()
+                    self.export()
+                    t_saved = time.perf_counter()
+        finally:  # an interrupted run keeps what it learned
+            self.save()
+            ckpt = self.export()
+        final = evaluate(self.model, self.held, cfg.steps_unrolled)
+        return TrainResult(
+            folder=self.folder,
+            checkpoint=ckpt,
+            steps=self.step,
+            seconds=self.seconds,
+            positions=self.positions,
+            first_loss=first_loss,
+            last_loss=last_loss,
+            untrained=self.untrained,
+            final=final,
+            history=self.history,
+        )
+
+
+# settings that must not change when a run resumes
+RESUME_KEYS = ("variant", "draft_vocab", "init", "window")
+TOP_LAYER_TENSORS = (
+    "attn_norm.weight",
+    "attn_q.weight",
+    "attn_k.weight",
+    "attn_v.weight",
+    "attn_output.weight",
+    "ffn_norm.weight",
+    "ffn_gate.weight",
+    "ffn_up.weight",
+    "ffn_down.weight",
+)

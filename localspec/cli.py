@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from . import __version__
 from .errors import LocalspecError
@@ -94,6 +95,83 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int, default=None)
     chat.set_defaults(func=cmd_chat)
 
+    tr = sub.add_parser(
+        "train",
+        help="train an EAGLE-3.1 drafter for a GGUF target (resumable)",
+        description="Runs the target over the data to make features (its own replies by "
+        "default), trains a drafter, and writes DIR/checkpoint in SpecForge's layout for "
+        "`localspec convert`. Re-running with the same DIR resumes.",
+    )
+    tr.add_argument("target", nargs="?", help="target GGUF (default: SmolLM2-135M-Instruct)")
+    tr.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        help="chat JSON/JSONL (ShareGPT or OpenAI shape), .txt/.md files, or the named sets "
+        "sharegpt, mtbench, humaneval",
+    )
+    tr.add_argument("-o", "--output", required=True, help="run folder (data, state, checkpoint)")
+    tr.add_argument("--variant", default="eagle3.1", choices=["eagle3.1", "eagle3"])
+    tr.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size")
+    tr.add_argument("--ttt-steps", type=int, default=5, help="draft steps unrolled in training")
+    tr.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    tr.add_argument(
+        "--time-budget", default=None, help="stop training after this long: 900, 15m, 2h"
+    )
+    tr.add_argument("--lr", type=float, default=6e-4)
+    tr.add_argument("--batch-tokens", type=int, default=2048, help="positions per step")
+    tr.add_argument("--window", type=int, default=512, help="positions per training window")
+    tr.add_argument(
+        "--init",
+        default="target",
+        choices=["target", "target-layer", "random"],
+        help="start from the target's head (default), also its top layer, or noise",
+    )
+    tr.add_argument("--taps", help="three comma-separated layer ids (default 2, L/2, L-3)")
+    tr.add_argument("--max-tokens", type=int, default=400_000, help="positions of data to make")
+    tr.add_argument("--max-new", type=int, default=256, help="tokens per generated reply")
+    tr.add_argument("--max-prompt", type=int, default=512, help="skip longer prompts")
+    tr.add_argument("--parallel", type=int, default=16, help="sequences generated together")
+    tr.add_argument(
+        "--no-generate",
+        action="store_true",
+        help="train on the data's own replies instead of the target's",
+    )
+    tr.add_argument("--gen-temperature", type=float, default=0.0, help="0 = greedy replies")
+    tr.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    tr.add_argument("--threads", "-t", type=int, default=None, help="CPU threads")
+    tr.add_argument("--n-gpu-layers", "-ngl", type=int, default=0, help="target layers on GPU")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--gguf", help="also convert the result to this GGUF file")
+    tr.add_argument("--outtype", default="q8_0", help="GGUF type with --gguf (default q8_0)")
+    tr.set_defaults(func=cmd_train)
+
+    b = sub.add_parser(
+        "bench",
+        help="plain decoding vs speculation at several k, interleaved, on prompt sets",
+        description="Answers each prompt with plain decoding and every k in rotated order, "
+        "prints a table per prompt set (tokens/s, speedup, tau, acceptance by position) and "
+        "the target's verify-cost curve, and writes PREFIX.json and PREFIX.png.",
+    )
+    b.add_argument("target", nargs="?", help="target GGUF (default: SmolLM2-135M-Instruct)")
+    b.add_argument("--draft", help="drafter GGUF (default: the one paired with the target)")
+    b.add_argument(
+        "--prompts",
+        nargs="+",
+        default=["mtbench", "humaneval"],
+        help="mtbench, humaneval, long, short, or JSONL files (default: mtbench humaneval)",
+    )
+    b.add_argument("--k", default="1,2,3,4,5,6,8", help="draft lengths to sweep")
+    b.add_argument("--max-tokens", "-n", type=int, default=128, help="tokens per turn")
+    b.add_argument("--limit", type=int, default=None, help="first N prompts of each set")
+    b.add_argument("--temperature", "--temp", type=float, default=0.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", default="localspec-bench", help="write OUT.json and OUT.png")
+    b.add_argument("--threads", "-t", type=int, default=None)
+    b.add_argument("--ctx", type=int, default=4096)
+    b.add_argument("--n-gpu-layers", "-ngl", type=int, default=0)
+    b.set_defaults(func=cmd_bench)
+
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
     info.add_argument("file", help="a GGUF file")
     info.add_argument("--target", help="also check that this drafter pairs with TARGET.gguf")
@@ -102,17 +180,183 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _taps(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        taps = [int(x) for x in text.split(",")]
+    except ValueError:
+        taps = []
+    if len(taps) != 3:
+        raise LocalspecError(f"--taps wants three comma-separated integers, got {text}")
+    return taps
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "900", "900s", "15m" or "2h"."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    t = text.strip().lower()
+    scale = units.get(t[-1:], 1.0)
+    try:
+        value = float(t[:-1] if t[-1:] in units else t) * scale
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise LocalspecError(f"--time-budget wants a duration like 900, 15m or 2h, got {text!r}")
+    return value
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import signal
+
+    from .discovery import default_target
+    from .training import FeatureConfig, TrainConfig, train
+
+    # `kill` (and Ctrl-C, even in a background job) stops a run with its state saved
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+
+    target = args.target or default_target()
+    taps = _taps(args.taps)
+    cfg = TrainConfig(
+        variant=args.variant,
+        draft_vocab=args.draft_vocab,
+        steps_unrolled=args.ttt_steps,
+        window=args.window,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        max_steps=args.max_steps,
+        time_budget=parse_duration(args.time_budget) if args.time_budget else None,
+        init=args.init,
+        seed=args.seed,
+        device=args.device,
+        threads=args.threads or 0,
+    )
+    fcfg = FeatureConfig(
+        taps=(),
+        generate=not args.no_generate,
+        temperature=args.gen_temperature,
+        max_prompt=args.max_prompt,
+        max_new=args.max_new,
+        max_tokens=args.max_tokens,
+        n_parallel=args.parallel,
+        seed=args.seed,
+    )
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    res = train(
+        target,
+        args.data,
+        args.output,
+        config=cfg,
+        features=fcfg,
+        taps=taps,
+        n_threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+        log=log,
+    )
+    f, u = res.final, res.untrained
+    log(
+        f"trained {res.steps} steps ({res.seconds / 60:.1f} min, {res.positions} positions); "
+        f"held-out tau(k={cfg.steps_unrolled}) {f.tau:.2f}"
+        + (f" (untrained {u.tau:.2f})" if u else "")
+        + ", agreement per step "
+        + " ".join(f"{a:.0%}" for a in f.acc)
+        + f", draft-vocab coverage {f.coverage:.1%}"
+    )
+    log(f"checkpoint: {res.checkpoint}")
+    if args.gguf:
+        from .converters.convert import convert
+
+        convert(res.checkpoint, target, args.gguf, outtype=args.outtype, force=True, log=log)
+    else:
+        log(f"next: localspec convert {res.checkpoint} --target {target}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from . import bench
+    from .engine import MAX_DRAFT, load
+
+    try:
+        ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
+    except ValueError:
+        ks = []
+    if not ks or not all(1 <= k <= MAX_DRAFT for k in ks):
+        raise LocalspecError(f"--k wants draft lengths in 1..{MAX_DRAFT}, got {args.k!r}")
+    if args.max_tokens < 1:
+        raise LocalspecError("--max-tokens must be >= 1")
+    sets = {
+        os.path.basename(name): bench.load_prompt_set(name, args.limit) for name in args.prompts
+    }
+    eng = load(
+        args.target,
+        draft=args.draft,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+    )
+    with eng:
+        if eng.drafter is None:
+            raise LocalspecError(
+                f"bench compares speculation with plain decoding: {eng.drafter_note}"
+            )
+        print(f"target:  {eng.target_path}\ndrafter: {eng.draft_path}", file=sys.stderr)
+        eng.complete("Hello", max_tokens=8)  # warm-up: first-call costs stay out of the numbers
+        results = []
+        for name, prompts in sets.items():
+            bar = tqdm(total=len(prompts) * (len(ks) + 1), desc=name, unit="run", leave=False)
+
+            def tick(done: int, total: int, bar: Any = bar) -> None:
+                bar.update(done - bar.n)
+
+            res = bench.run_set(
+                eng,
+                name,
+                prompts,
+                ks,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                seed=args.seed,
+                progress=tick,
+            )
+            bar.close()
+            results.append(res)
+            print(bench.format_table(res, args.max_tokens, args.temperature) + "\n")
+        curve = bench.verify_curve(eng.target, sorted({1, 2, *[k + 1 for k in ks]}))
+        print(bench.format_curve(curve))
+        data = bench.report(
+            results,
+            curve,
+            target=eng.target_path,
+            drafter=eng.draft_path,
+            options={
+                "ks": ks,
+                "max_tokens": args.max_tokens,
+                "temperature": args.temperature,
+                "limit": args.limit,
+                "threads": args.threads or os.cpu_count(),
+                "n_gpu_layers": args.n_gpu_layers,
+                "ctx": args.ctx,
+            },
+        )
+    folder = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(folder, exist_ok=True)
+    bench.write_json(args.out + ".json", data)
+    bench.write_png(args.out + ".png", results, curve)
+    print(f"wrote {args.out}.json and {args.out}.png", file=sys.stderr)
+    return 0 if not any(s.mismatches for r in results for s in r.settings) else 2
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from .converters.convert import convert
 
-    taps = None
-    if args.taps:
-        try:
-            taps = [int(x) for x in args.taps.split(",")]
-        except ValueError:
-            raise LocalspecError(
-                f"--taps wants three comma-separated integers, got {args.taps}"
-            ) from None
+    taps = _taps(args.taps)
     convert(
         args.drafter,
         args.target,

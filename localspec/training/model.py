@@ -169,11 +169,13 @@ class Eagle3Drafter(nn.Module):
         w: dict[str, np.ndarray],
         draft_ids: np.ndarray,
         tap_rms: np.ndarray | None,
-        top: int,
+        top: int | None,
     ) -> None:
-        """Start from the target's own top layer and output head instead of noise: the head and
-        final norm give sensible logits at once, the layer a useful transformation of g, and
-        fc starts by passing the deepest tap through. Embedding halves stay small random."""
+        """Start from the target instead of noise: its output head rows and final norm give a
+        head that already maps states to the right tokens. With `top`, also copy the target's
+        top layer (the hidden-state halves of q/k/v) and let fc pass the deepest tap through.
+        Measured on SmolLM2 that layer copy starts far worse than a random layer: it predicts
+        the token after P (which the drafter already has) rather than the one after P+1."""
         c, L, H = self.c, self.midlayer, self.c.hidden_size
 
         def t(name: str) -> torch.Tensor:
@@ -182,6 +184,8 @@ class Eagle3Drafter(nn.Module):
         head = t("output.weight") if "output.weight" in w else t("token_embd.weight")
         self.lm_head.weight.copy_(head[torch.from_numpy(draft_ids.astype(np.int64))])
         self.norm.weight.copy_(t("output_norm.weight"))
+        if top is None:
+            return
         p = f"blk.{top}."
         L.input_layernorm.weight.copy_(t(p + "attn_norm.weight"))
         L.hidden_norm.weight.copy_(t(p + "attn_norm.weight"))

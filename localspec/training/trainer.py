@@ -25,6 +25,7 @@ from ..ggufdata import read_tensors
 from .features import FeatureConfig, FeatureWriter, Sequence, load_sequences
 
 VARIANTS = ("eagle3.1", "eagle3")
+INITS = ("target", "target-layer", "random")
 STATE = "state.pt"
 CHECKPOINT = "checkpoint"
 
@@ -35,6 +36,7 @@ class TrainConfig:
     draft_vocab: int = 16_384
     steps_unrolled: int = 5  # training-time-test depth
     window: int = 512  # rows per training window
+    prompt_context: int = 64  # prompt rows kept before the first trained row
     batch_tokens: int = 2048  # rows per optimizer step
     lr: float = 6e-4
     warmup: int = 50
@@ -43,7 +45,8 @@ class TrainConfig:
     time_budget: float | None = None  # seconds of training in this run
     eval_every: int = 100
     save_every: float = 300.0  # seconds
-    init: str = "target"  # "target": top layer + head of the target; "random"
+    init: str = "target"  # "target": the target's head and final norm; "target-layer": also
+    # its top layer; "random"
     held_out: float = 0.03  # share of sequences kept for the acceptance estimate
     seed: int = 0
     device: str = "auto"
@@ -151,10 +154,15 @@ def build_features(
         n_gpu_layers=n_gpu_layers,
         n_seq=fcfg.n_parallel,
     )
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # its top-k is tiny; more threads fight llama.cpp's for the cores
     try:
         target.enable_taps(fcfg.taps)
         FeatureWriter(target, folder, fcfg).run(items, progress)
     finally:
+        torch.set_num_threads(threads)
         target.close()
 
 
@@ -177,10 +185,12 @@ class Batcher:
         self.seqs = seqs
         self.cfg = cfg
         self.map = t2d_map
+        # windows start prompt_context rows before the first label: long prompts cost layer
+        # compute for every row, while the drafter mostly attends to recent positions
         self.windows = [
             (i, a, min(a + cfg.window, len(s.taps)))
             for i, s in enumerate(seqs)
-            for a in range(0, len(s.taps), cfg.window)
+            for a in range(max(0, s.loss_start - 1 - cfg.prompt_context), len(s.taps), cfg.window)
             if min(a + cfg.window, len(s.taps)) - a >= 2
         ]
 
@@ -239,7 +249,9 @@ class Batcher:
 
 
 def step_losses(model: Any, t: dict[str, Any], steps: int) -> tuple[Any, list[Any], list[Any]]:
-    """Weighted loss over the unrolled steps, and per step the (correct, counted) row masks."""
+    """Weighted loss over the unrolled steps, and per step the (correct, counted) row masks.
+    The head (most of the cost) runs only on rows that carry a label: prompt rows are keys
+    for attention but never predicted."""
     import torch
 
     W = t["W"]
@@ -248,18 +260,21 @@ def step_losses(model: Any, t: dict[str, Any], steps: int) -> tuple[Any, list[An
     total = 0.0
     correct, counted = [], []
     for j, h in enumerate(outs):
-        ids = t["ids"][:, j : j + W]
-        logits = model.lm_head(h)
+        mask = t["valid"][:, j : j + W] & in_window
+        sel = mask.nonzero(as_tuple=True)
+        ids = t["ids"][:, j : j + W][sel]
+        logits = model.lm_head(h[sel])
         lp = logits.float().log_softmax(-1)
         inv = ids < 0
-        q = t["logp"][:, j : j + W].exp().masked_fill(inv, 0.0)
+        q = t["logp"][:, j : j + W][sel].exp().masked_fill(inv, 0.0)
         q = q / q.sum(-1, keepdim=True).clamp_min(1e-9)
         row_loss = -(q * lp.gather(-1, ids.clamp_min(0))).sum(-1)
-        mask = t["valid"][:, j : j + W] & in_window
-        train_mask = mask & ~inv[..., 0]  # the target's choice must be draftable
-        n = train_mask.sum().clamp_min(1)
-        total = total + (0.8**j) * (row_loss * train_mask).sum() / n
-        correct.append((logits.argmax(-1) == ids[..., 0]) & mask)
+        train_rows = ~inv[:, 0]  # the target's choice must be draftable
+        n = train_rows.sum().clamp_min(1)
+        total = total + (0.8**j) * (row_loss * train_rows).sum() / n
+        ok = torch.zeros_like(mask)
+        ok[sel] = logits.argmax(-1) == ids[:, 0]
+        correct.append(ok)
         counted.append(mask)
     return total, correct, counted
 
@@ -495,19 +510,21 @@ class Trainer:
         hdr = N.GGUFHeader(i.path)
         if "output.weight" in hdr.tensors:
             names.append("output.weight")
-        if self.cfg.init == "target" and resume is None:
+        if self.cfg.init not in INITS:
+            raise InvalidParameterError(f"init must be one of {INITS}, got {self.cfg.init!r}")
+        if self.cfg.init == "target-layer" and resume is None:
             names += [f"blk.{top}.{n}" for n in TOP_LAYER_TENSORS]
         w = read_tensors(i.path, names)
         embed = torch.from_numpy(w["token_embd.weight"])
         model = Eagle3Drafter(dc, embed)
         if resume is not None:
             model.load_state_dict(resume["model"])
-        elif self.cfg.init == "target":
+        elif self.cfg.init != "random":
             sample = np.concatenate([s.taps for s in self.train_seqs[:32]]).astype(np.float32)
             rms = np.sqrt(np.square(sample.reshape(len(sample), 3, i.hidden)).mean(axis=(0, 2)))
-            model.init_from_target(w, self.draft_ids, rms, top)
-        elif self.cfg.init != "random":
-            raise InvalidParameterError("init must be 'target' or 'random'")
+            model.init_from_target(
+                w, self.draft_ids, rms, top if self.cfg.init == "target-layer" else None
+            )
         return model.to(self.device)
 
     def _lr(self) -> float:

@@ -1,0 +1,324 @@
+"""`localspec bench`: plain decoding and speculation at several k, side by side in one run.
+
+Every prompt is answered once per setting, the settings in a rotated order per prompt, so slow
+drifts of a shared machine hit all of them alike. Speed is decoding speed (prompt processing
+excluded); speedups are ratios to plain decoding measured in the same run. Greedy runs also
+check that every setting produced exactly the plain tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _native as N
+from .datasets import (
+    Message,
+    humaneval_instruction,
+    humaneval_prompts,
+    jsonl_prompts,
+    load_conversations,
+    mtbench_questions,
+    sharegpt_path,
+)
+from .errors import InvalidParameterError, LocalspecError
+from .stats import Stats
+
+NAMED_SETS = ("mtbench", "humaneval", "long", "short")
+# "long"/"short": the same final ShareGPT questions, asked after their whole conversation
+# (1-3k tokens of history) or alone, from the end of the file (not what `train` used first)
+LONG_CHARS = (4000, 12000)
+
+
+@dataclass
+class BenchPrompt:
+    id: str
+    turns: list[str]  # user turns, each answered and measured
+    history: list[Message] = field(default_factory=list)  # earlier messages (not measured)
+
+
+def _long_short(limit: int) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
+    convs = list(load_conversations(sharegpt_path()))
+    long, short = [], []
+    for i in range(len(convs) - 1, -1, -1):
+        msgs = convs[i]
+        last = max((j for j, m in enumerate(msgs) if m["role"] == "user"), default=0)
+        history = msgs[:last]
+        size = sum(len(m["content"]) for m in history)
+        q = msgs[last]["content"] if msgs else ""
+        if not (LONG_CHARS[0] <= size <= LONG_CHARS[1]) or not 20 <= len(q) <= 600:
+            continue
+        long.append(BenchPrompt(f"sharegpt-{i}", [q], history))
+        short.append(BenchPrompt(f"sharegpt-{i}", [q]))
+        if len(long) >= limit:
+            break
+    return long, short
+
+
+def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
+    """A named set (mtbench, humaneval, long, short) or a JSONL file of prompts."""
+    if limit is not None and limit < 1:
+        raise InvalidParameterError("--limit must be >= 1")
+    if spec == "mtbench":
+        out = [BenchPrompt(f"mtbench-{i}", t) for i, t in enumerate(mtbench_questions())]
+    elif spec == "humaneval":
+        out = [
+            BenchPrompt(f"humaneval-{i}", [humaneval_instruction(p)])
+            for i, p in enumerate(humaneval_prompts())
+        ]
+    elif spec in ("long", "short"):
+        long, short = _long_short(limit or 16)
+        out = long if spec == "long" else short
+    elif os.path.isfile(spec):
+        out = [
+            BenchPrompt(f"{os.path.basename(spec)}-{i}", t)
+            for i, t in enumerate(jsonl_prompts(spec))
+        ]
+    else:
+        raise LocalspecError(
+            f"unknown prompt set {spec!r}: use {', '.join(NAMED_SETS)} or a JSONL file"
+        )
+    return out[:limit] if limit else out
+
+
+@dataclass
+class SettingResult:
+    k: int  # 0 = plain decoding
+    stats: Stats = field(default_factory=Stats)
+    prompt_tps: list[float] = field(default_factory=list)
+    mismatches: int = 0  # greedy prompts whose tokens differ from plain decoding
+
+    def as_dict(self, plain: SettingResult | None) -> dict[str, Any]:
+        d = {
+            "k": self.k,
+            "tokens_per_s": self.stats.tokens_per_s,
+            "tau": self.stats.tau if self.k else None,
+            "acceptance_at": self.stats.acceptance_at if self.k else [],
+            "generated": self.stats.generated,
+            "t_target": self.stats.t_target,
+            "t_draft": self.stats.t_draft,
+            "t_glue": self.stats.t_glue,
+            "mismatches": self.mismatches,
+        }
+        if plain is not None:
+            d["speedup"] = speedup(self, plain)
+            d["speedup_median_prompt"] = statistics.median(
+                a / b for a, b in zip(self.prompt_tps, plain.prompt_tps, strict=True) if b > 0
+            )
+        return d
+
+
+def speedup(r: SettingResult, plain: SettingResult) -> float:
+    p = plain.stats.tokens_per_s
+    return r.stats.tokens_per_s / p if p > 0 else 0.0
+
+
+@dataclass
+class SetResult:
+    name: str
+    n_prompts: int
+    settings: list[SettingResult]
+
+    @property
+    def plain(self) -> SettingResult:
+        return self.settings[0]
+
+    def best(self) -> SettingResult:
+        return max(self.settings, key=lambda r: r.stats.tokens_per_s)
+
+
+def run_set(
+    engine: Any,
+    name: str,
+    prompts: Sequence[BenchPrompt],
+    ks: Sequence[int],
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> SetResult:
+    """Answer every prompt (all its turns) with plain decoding and each k, interleaved."""
+    settings = [SettingResult(0)] + [SettingResult(k) for k in ks]
+    greedy = temperature == 0.0
+    total = len(prompts) * len(settings)
+    done = 0
+    for i, p in enumerate(prompts):
+        order = settings[i % len(settings) :] + settings[: i % len(settings)]
+        plain_tokens: list[list[int]] | None = None
+        outputs: dict[int, list[list[int]]] = {}
+        for s in order:
+            msgs = list(p.history)
+            st = Stats()
+            toks: list[list[int]] = []
+            for turn in p.turns:
+                msgs.append({"role": "user", "content": turn})
+                text: list[str] = []
+                tt: list[int] = []
+                for ev in engine.chat(
+                    msgs, max_tokens=max_tokens, n_draft=s.k, temperature=temperature, seed=seed
+                ):
+                    text.append(ev.text)
+                    tt += ev.tokens
+                msgs.append({"role": "assistant", "content": "".join(text)})
+                st.add(engine.last_stats)
+                toks.append(tt)
+            s.stats.add(st)
+            s.prompt_tps.append(st.tokens_per_s)
+            outputs[s.k] = toks
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        plain_tokens = outputs[0]
+        if greedy:
+            for s in settings[1:]:
+                s.mismatches += int(outputs[s.k] != plain_tokens)
+    return SetResult(name, len(prompts), settings)
+
+
+def verify_curve(target: Any, sizes: Sequence[int], reps: int = 5) -> dict[int, float]:
+    """Median seconds of one target decode of n tokens with logits for all (what verifying a
+    draft of n-1 tokens costs), after a 64-token context."""
+    hi = min(1000, target.n_vocab)
+    base = [int(t) for t in np.random.default_rng(0).integers(0, hi, size=64)]
+    out = {}
+    for n in sizes:
+        times = []
+        for r in range(reps):
+            target.truncate(0)
+            target.decode(base, 0, all_logits=False)
+            toks = [int(t) for t in np.random.default_rng(r).integers(0, hi, size=n)]
+            t0 = time.perf_counter()
+            target.decode(toks, len(base), all_logits=True)
+            times.append(time.perf_counter() - t0)
+        out[n] = statistics.median(times)
+    target.truncate(0)
+    return out
+
+
+# --- reporting ----------------------------------------------------------------------------------
+
+
+def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
+    turns = "greedy" if temperature == 0 else f"temperature {temperature}"
+    lines = [
+        f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}",
+        f"{'k':>6} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5}  acceptance by position",
+    ]
+    plain = res.plain
+    for s in res.settings:
+        acc = " ".join(f"{a:.0%}" for a in s.stats.acceptance_at) if s.k else ""
+        med = statistics.median(
+            a / b for a, b in zip(s.prompt_tps, plain.prompt_tps, strict=True) if b > 0
+        )
+        tau = f"{s.stats.tau:5.2f}" if s.k else "    -"
+        flag = f"  !! {s.mismatches} prompts differ from plain" if s.mismatches else ""
+        lines.append(
+            f"{'plain' if s.k == 0 else s.k:>6} {s.stats.tokens_per_s:8.1f} "
+            f"{speedup(s, plain):7.2f}x {med:6.2f}x {tau}  {acc}{flag}"
+        )
+    best = res.best()
+    lines.append(
+        f"best here: {'plain decoding' if best.k == 0 else f'k={best.k}'} "
+        f"({speedup(best, plain):.2f}x plain)"
+    )
+    return "\n".join(lines)
+
+
+def format_curve(curve: dict[int, float]) -> str:
+    one = curve.get(1) or next(iter(curve.values()))
+    parts = [f"{n}:{t / one:.2f}" for n, t in curve.items()]
+    return f"verify cost t(n)/t(1) for n tokens (t(1) = {1e3 * one:.2f} ms): " + " ".join(parts)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "llama_cpp_python": N.INSTALLED_LLAMA_CPP_PYTHON,
+    }
+
+
+def write_png(path: str, sets: list[SetResult], curve: dict[int, float]) -> None:
+    """Speedup and tau per k for each prompt set, and the verify-cost curve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for res in sets:
+        ks = [s.k for s in res.settings]
+        a1.plot(ks, [speedup(s, res.plain) for s in res.settings], marker="o", label=res.name)
+        a2.plot(
+            [s.k + 1 for s in res.settings[1:]],
+            [s.stats.tau for s in res.settings[1:]],
+            marker="s",
+            linestyle="--",
+            label=f"tau, {res.name}",
+        )
+    a1.axhline(1.0, color="grey", linewidth=0.8)
+    a1.set_xlabel("draft length k (0 = plain)")
+    a1.set_ylabel("speedup over plain decoding")
+    a1.set_title("decoding speed")
+    a1.legend()
+    one = curve.get(1) or next(iter(curve.values()))
+    a2.plot(
+        list(curve),
+        [t / one for t in curve.values()],
+        marker="o",
+        color="black",
+        label="verify cost t(n)/t(1)",
+    )
+    a2.plot(list(curve), list(curve), color="grey", linewidth=0.8, label="n (no batching gain)")
+    a2.set_xlabel("tokens per target decode n = k + 1")
+    a2.set_ylabel("tokens / cost ratio")
+    a2.set_title("what a step costs vs what it gains")
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def report(
+    sets: list[SetResult],
+    curve: dict[int, float],
+    *,
+    target: str,
+    drafter: str | None,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "machine": machine(),
+        "target": target,
+        "drafter": drafter,
+        "options": options,
+        "verify_curve_s": {str(n): t for n, t in curve.items()},
+        "sets": {
+            r.name: {
+                "prompts": r.n_prompts,
+                "best_k": r.best().k,
+                "settings": [s.as_dict(r.plain if s.k else None) for s in r.settings],
+            }
+            for r in sets
+        },
+    }
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+    os.replace(tmp, path)

@@ -1,0 +1,104 @@
+"""`localspec bench`: interleaved plain-vs-speculative runs, the table, JSON and PNG, and the
+prompt sets it reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec import bench, load
+from localspec.cli import main
+
+import tinymodels as tm
+from conftest import EXACT
+
+
+@pytest.fixture()
+def prompts(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": "abc de"}, {"turns": ["hij", "ab cd"]}, {"prompt": "fgh ij"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+def test_run_set_measures_every_setting_on_every_prompt(agree, prompts):
+    ps = bench.load_prompt_set(prompts, None)
+    assert [len(p.turns) for p in ps] == [1, 2, 1]
+    with load(agree[0], draft=agree[1], **EXACT) as eng:
+        res = bench.run_set(eng, "mine", ps, [1, 3], max_tokens=24)
+    assert [s.k for s in res.settings] == [0, 1, 3]
+    for s in res.settings:
+        assert len(s.prompt_tps) == 3 and s.stats.generated > 0 and s.mismatches == 0
+    plain, k3 = res.settings[0], res.settings[2]
+    assert plain.stats.drafted == 0 and plain.stats.generated == k3.stats.generated
+    assert k3.stats.tau > 2.0  # the agreeing pair: most drafts are accepted
+    table = bench.format_table(res, 24, 0.0)
+    assert "plain" in table and "best here" in table
+    d = k3.as_dict(plain)
+    assert d["speedup"] > 0 and len(d["acceptance_at"]) == 3
+
+
+def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
+    out = str(tmp_path / "res" / "b")
+    rc = main(
+        [
+            "bench",
+            agree[0],
+            "--draft",
+            agree[1],
+            "--prompts",
+            prompts,
+            "--k",
+            "2,1",
+            "-n",
+            "16",
+            "--out",
+            out,
+            "--threads",
+            "2",
+            "--ctx",
+            "1024",
+        ]
+    )
+    io = capsys.readouterr()
+    assert rc == 0, io.err
+    assert "verify cost t(n)/t(1)" in io.out and "tau" in io.out
+    data = json.loads(Path(out + ".json").read_text())
+    s = data["sets"]["prompts.jsonl"]
+    assert [x["k"] for x in s["settings"]] == [0, 1, 2]
+    assert s["settings"][2]["tau"] > 1.5 and s["prompts"] == 3
+    assert set(data["verify_curve_s"]) == {"1", "2", "3"}
+    assert Path(out + ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_bad_input_is_one_line(models, prompts, tmp_path, capsys):
+    base = ["bench", models["target"], "--draft", models["draft"], "--out", str(tmp_path / "x")]
+    for extra, msg in (
+        (["--prompts", prompts, "--k", "0"], "--k wants draft lengths"),
+        (["--prompts", prompts, "--k", "two"], "--k wants draft lengths"),
+        (["--prompts", "nosuchset"], "unknown prompt set"),
+        (["--prompts", prompts, "--limit", "0"], "--limit must be >= 1"),
+    ):
+        assert main(base + extra) == 1
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
+    # a target with no drafter next to it
+    lonely = tm.write_target(str(tmp_path / "lonely.gguf"))
+    rc = main(["bench", lonely, "--prompts", prompts, "--out", str(tmp_path / "y")])
+    assert rc == 1 and "no drafter found" in capsys.readouterr().err
+
+
+def test_named_prompt_sets():
+    mt = bench.load_prompt_set("mtbench", 3)
+    assert len(mt) == 3 and all(len(p.turns) == 2 for p in mt)
+    he = bench.load_prompt_set("humaneval", None)
+    assert len(he) == 164 and "def " in he[0].turns[0]
+    long = bench.load_prompt_set("long", 2)
+    short = bench.load_prompt_set("short", 2)
+    assert [p.turns for p in long] == [p.turns for p in short]
+    for p in long:
+        size = sum(len(m["content"]) for m in p.history)
+        assert bench.LONG_CHARS[0] <= size <= bench.LONG_CHARS[1]
+    assert all(not p.history for p in short)

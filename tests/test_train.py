@@ -1,0 +1,365 @@
+"""`localspec train`: features made by the target, the training-time-test model against an
+independent token-by-token reference, training that learns, resumes, converts and runs
+losslessly, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinymodels as tm
+
+torch = pytest.importorskip("torch")
+
+from localspec import _native as N  # noqa: E402
+from localspec import load  # noqa: E402
+from localspec.cli import main  # noqa: E402
+from localspec.converters.checkpoint import load_tensors, read_config  # noqa: E402
+from localspec.converters.convert import convert  # noqa: E402
+from localspec.converters.formats import canonical_name, parse_config  # noqa: E402
+from localspec.converters.reference import TorchEagle3  # noqa: E402
+from localspec.errors import InvalidParameterError, LocalspecError  # noqa: E402
+from localspec.target import Target  # noqa: E402
+from localspec.training import FeatureConfig, TrainConfig, train  # noqa: E402
+from localspec.training.features import load_sequences  # noqa: E402
+from localspec.training.trainer import Trainer  # noqa: E402
+
+TAPS = (1, 2, 3)
+EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 1024}
+
+
+def _prompts(path: str, n: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(n):
+            words = [
+                "".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 5)))
+                for _ in range(rng.randint(2, 10))
+            ]
+            fh.write(json.dumps({"messages": [{"role": "user", "content": " ".join(words)}]}))
+            fh.write("\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("train")
+    target, _ = tm.write_agreeing_pair(str(d), head_noise=0.3, name="noisy")
+    return str(d), target, _prompts(str(d / "prompts.jsonl"), 48)
+
+
+def _fcfg(**kw) -> FeatureConfig:
+    base = {"taps": TAPS, "max_new": 40, "n_parallel": 4, "max_tokens": 4000}
+    base.update(kw)
+    return FeatureConfig(**base)
+
+
+def _tcfg(**kw) -> TrainConfig:
+    base = {
+        "max_steps": 80,
+        "eval_every": 20,
+        "draft_vocab": 64,
+        "window": 64,
+        "batch_tokens": 256,
+        "lr": 3e-3,
+        "steps_unrolled": 4,
+    }
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def trained(pair):
+    folder, target, data = pair
+    out = os.path.join(folder, "run")
+    res = train(
+        target, [data], out, config=_tcfg(), features=_fcfg(), taps=TAPS, show_progress=False
+    )
+    return out, res
+
+
+def test_features_match_a_plain_single_sequence_decode(pair, trained):
+    """Parallel generation (4 sequences per batch, own KV streams) stores for every position
+    exactly what a lone decode of that sequence gives: taps, and labels whose argmax is the
+    greedy next token."""
+    _, target, _ = pair
+    out, _ = trained
+    seqs = load_sequences(os.path.join(out, "data"))
+    assert len(seqs) >= 40
+    t = Target(target, n_ctx=512, n_batch=512, n_threads=2, n_gpu_layers=0)
+    try:
+        t.enable_taps(TAPS)
+        for s in seqs[:6]:
+            n = len(s.taps)
+            t.truncate(0)
+            logits = t.decode([int(x) for x in s.tokens[:n]], 0, all_logits=True).copy()
+            taps = t.read_taps(n)
+            np.testing.assert_allclose(s.taps.astype(np.float32), taps, rtol=2e-2, atol=2e-2)
+            assert (s.label_ids[:, 0] == logits.argmax(-1)).mean() > 0.98
+            # generated part: each token is the greedy choice at the position before it
+            gen = np.arange(s.loss_start, len(s.tokens))
+            assert (s.tokens[gen] == logits[gen - 1].argmax(-1)).all()
+            assert s.loss_start > 3  # the prompt is not trained on
+    finally:
+        t.close()
+
+
+def test_unrolled_training_matches_token_by_token_drafting(trained, pair):
+    """The training-time test (one pass, attention trick) equals the converter's independent
+    PyTorch reference decoding with a real KV cache: teacher-forced rows 0..P, then chained
+    draft steps that feed back the drafter's own state."""
+    out, _ = trained
+    _, target, _ = pair
+    ckpt = os.path.join(out, "checkpoint")
+    cfg = read_config(ckpt)
+    dc = parse_config(cfg)
+    raw = load_tensors(ckpt)
+    tens = {canonical_name(k, dc.family): v for k, v in raw.items()}
+    trainer = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None)
+    model = trainer.model.double()
+    seq = load_sequences(os.path.join(out, "data"))[0]
+    n = 12
+    steps = 4
+    taps = torch.from_numpy(seq.taps[:n].astype(np.float64))[None]
+    toks = torch.from_numpy(seq.tokens[1 : n + steps].astype(np.int64))[None]
+    with torch.no_grad():
+        outs = model.unroll(model.encode(taps), toks, steps)
+        logits = [model.lm_head(h)[0].numpy() for h in outs]
+    embed = model.embed.numpy()
+    d2t = np.arange(len(raw["d2t"])) + raw["d2t"].numpy()
+    for P in (0, 5, n - 1):
+        ref = TorchEagle3(
+            dc,
+            tens,
+            embed=embed,
+            head=tens["lm_head.weight"].double().numpy(),
+            d2t=d2t,
+            target_vocab=len(embed),
+        )
+        g = ref.encode(seq.taps[: P + 1].astype(np.float64))
+        z, fed = ref.decode([int(x) for x in seq.tokens[1 : P + 2]], g, 0)
+        np.testing.assert_allclose(z[P, d2t], logits[0][P], rtol=1e-6, atol=1e-6)
+        state = fed[P : P + 1]
+        for j in range(1, steps):
+            z, fed = ref.decode([int(seq.tokens[P + 1 + j])], state, P + j)
+            np.testing.assert_allclose(z[0, d2t], logits[j][P], rtol=1e-6, atol=1e-6)
+            state = fed
+
+
+def test_training_learns_and_beats_the_untrained_drafter(trained):
+    _, res = trained
+    assert res.steps == 80
+    assert res.untrained is not None
+    assert res.final.loss < 0.5 * res.untrained.loss
+    assert res.final.acc[0] > res.untrained.acc[0] + 0.3
+    assert res.final.tau > res.untrained.tau + 0.5
+    losses = [h["held_loss"] for h in res.history]
+    assert len(losses) == 4 and losses[-1] < res.untrained.loss
+
+
+def test_trained_checkpoint_converts_and_runs_losslessly(pair, trained, tmp_path):
+    _, target, _ = pair
+    out, _ = trained
+    gguf_path = str(tmp_path / "trained.eagle3.gguf")
+    r = convert(os.path.join(out, "checkpoint"), target, gguf_path, outtype="f32", log=print)
+    assert r.verify is not None and r.verify.passed
+    plain = load(target, draft=False, **EXACT)
+    spec = load(target, draft=gguf_path, n_draft=4, **EXACT)
+    try:
+        drafted = accepted = 0
+        for prompt in ("abc de", "hij ab cd", "a"):
+            want = plain.complete(prompt, max_tokens=60).tokens
+            got = spec.complete(prompt, max_tokens=60)
+            assert got.tokens == want
+            drafted += got.stats.drafted
+            accepted += got.stats.accepted
+        assert accepted / drafted > 0.5  # it learned: far above an untrained drafter's ~0
+    finally:
+        plain.close()
+        spec.close()
+
+
+def test_resume_continues_without_new_data(pair, tmp_path):
+    _, target, data = pair
+    out = str(tmp_path / "resume")
+    logs: list[str] = []
+    first = train(
+        target,
+        [data],
+        out,
+        config=_tcfg(max_steps=6),
+        features=_fcfg(max_tokens=1500),
+        taps=TAPS,
+        show_progress=False,
+        log=logs.append,
+    )
+    manifest = json.loads(Path(out, "data", "manifest.json").read_text())
+    second = train(
+        target,
+        [data],
+        out,
+        config=_tcfg(max_steps=10),
+        features=_fcfg(max_tokens=1500),
+        taps=TAPS,
+        show_progress=False,
+        log=logs.append,
+    )
+    assert (first.steps, second.steps) == (6, 10)
+    assert any("resuming at step 6" in m for m in logs)
+    assert json.loads(Path(out, "data", "manifest.json").read_text()) == manifest
+    assert second.positions > first.positions
+    # a time budget stops a run on its own
+    third = train(
+        target,
+        [data],
+        out,
+        config=_tcfg(max_steps=None, time_budget=0.5),
+        features=_fcfg(max_tokens=1500),
+        taps=TAPS,
+        show_progress=False,
+        log=logs.append,
+    )
+    assert third.steps > 10 and third.seconds - second.seconds < 20
+
+
+def test_plain_text_without_generation(pair, tmp_path):
+    _, target, _ = pair
+    txt = tmp_path / "notes.txt"
+    txt.write_text("abc def ghi jab cde\n\nfgh ija bcd efg hij abc\n\nxyz abc\n")
+    out = str(tmp_path / "text")
+    res = train(
+        target,
+        [str(txt)],
+        out,
+        config=_tcfg(max_steps=2, window=8, batch_tokens=16),
+        features=_fcfg(generate=False),
+        taps=TAPS,
+        show_progress=False,
+        log=lambda m: None,
+    )
+    seqs = load_sequences(os.path.join(out, "data"))
+    assert len(seqs) == 3 and all(s.loss_start == 0 for s in seqs)
+    assert all(len(s.tokens) == len(s.taps) for s in seqs)
+    assert res.steps == 2
+
+
+def test_bad_input_is_one_clear_error(pair, tmp_path, capsys):
+    folder, target, data = pair
+    with pytest.raises(LocalspecError, match="no such data file"):
+        train(
+            target,
+            [str(tmp_path / "missing.jsonl")],
+            str(tmp_path / "a"),
+            taps=TAPS,
+            show_progress=False,
+        )
+    with pytest.raises(InvalidParameterError, match="variant"):
+        train(
+            target,
+            [data],
+            str(tmp_path / "b"),
+            config=_tcfg(variant="eagle4"),
+            features=_fcfg(max_tokens=300),
+            taps=TAPS,
+            show_progress=False,
+        )
+    with pytest.raises(InvalidParameterError, match="3 taps"):
+        train(target, [data], str(tmp_path / "c"), taps=(1, 2), show_progress=False)
+    with pytest.raises(InvalidParameterError, match=">= 1"):
+        train(
+            target,
+            [data],
+            str(tmp_path / "d"),
+            taps=(0, 1, 2),
+            config=_tcfg(),
+            features=_fcfg(max_tokens=300),
+            show_progress=False,
+        )
+    # data made for another target is refused, not mixed in
+    other = tm.write_target(str(tmp_path / "other.gguf"), seed=4)
+    out = str(tmp_path / "e")
+    train(
+        target,
+        [data],
+        out,
+        config=_tcfg(max_steps=1),
+        features=_fcfg(max_tokens=300),
+        taps=TAPS,
+        show_progress=False,
+        log=lambda m: None,
+    )
+    with pytest.raises(LocalspecError, match="another target or other settings"):
+        train(
+            other,
+            [data],
+            out,
+            config=_tcfg(max_steps=1),
+            features=_fcfg(max_tokens=300),
+            taps=TAPS,
+            show_progress=False,
+        )
+    # a torn state file: one message, and the data is kept
+    with open(os.path.join(out, "state.pt"), "wb") as fh:
+        fh.write(b"not a checkpoint")
+    with pytest.raises(LocalspecError, match="cannot resume"):
+        train(
+            target,
+            [data],
+            out,
+            config=_tcfg(max_steps=2),
+            features=_fcfg(max_tokens=300),
+            taps=TAPS,
+            show_progress=False,
+        )
+    assert os.path.isfile(os.path.join(out, "data", "manifest.json"))
+    # the command line prints one line, no traceback
+    rc = main(["train", target, "--data", str(tmp_path / "nope.json"), "-o", str(tmp_path / "f")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "error: no such data file" in err and "Traceback" not in err
+    rc = main(["train", target, "--data", data, "-o", str(tmp_path / "g"), "--time-budget", "x"])
+    assert rc == 1 and "--time-budget" in capsys.readouterr().err
+
+
+def test_cli_train_writes_a_checkpoint_and_gguf(pair, tmp_path, capsys):
+    _, target, data = pair
+    out = str(tmp_path / "cli")
+    gg = str(tmp_path / "cli.eagle3.gguf")
+    rc = main(
+        [
+            "train",
+            target,
+            "--data",
+            data,
+            "-o",
+            out,
+            "--max-steps",
+            "3",
+            "--taps",
+            "1,2,3",
+            "--max-tokens",
+            "600",
+            "--max-new",
+            "20",
+            "--parallel",
+            "2",
+            "--draft-vocab",
+            "64",
+            "--window",
+            "32",
+            "--batch-tokens",
+            "64",
+            "--gguf",
+            gg,
+            "--outtype",
+            "f16",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "held-out tau(k=5)" in err and "verify passed" in err
+    assert N.GGUFHeader(gg).architecture == "eagle3"

@@ -8,6 +8,7 @@ check that every setting produced exactly the plain tokens.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -45,6 +46,7 @@ class BenchPrompt:
     history: list[Message] = field(default_factory=list)  # earlier messages (not measured)
 
 
+@functools.lru_cache(maxsize=2)
 def _long_short(limit: int) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
     convs = list(load_conversations(sharegpt_path()))
     long, short = [], []
@@ -76,7 +78,7 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
         ]
     elif spec in ("long", "short"):
         long, short = _long_short(limit or 16)
-        out = long if spec == "long" else short
+        out = list(long if spec == "long" else short)
     elif os.path.isfile(spec):
         out = [
             BenchPrompt(f"{os.path.basename(spec)}-{i}", t)

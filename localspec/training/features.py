@@ -100,6 +100,17 @@ def _atomic_write(path: str, data: bytes) -> None:
         raise
 
 
+def target_identity(path: str) -> dict[str, int]:
+    """What must match for data or a trained state to belong to a target (the tokenizer is
+    checked apart, by fingerprint)."""
+    h = N.GGUFHeader(path)
+    return {
+        "file_size": h.file_size,
+        "n_layer": int(h.arch_key("block_count") or 0),
+        "n_embd": int(h.arch_key("embedding_length") or 0),
+    }
+
+
 def top_labels(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k most likely ids per row and their log-probabilities (over the whole vocabulary)."""
     import torch
@@ -123,6 +134,7 @@ class FeatureWriter:
         fp = target.vocab_fingerprint
         want = {k: v for k, v in asdict(cfg).items() if k not in ("max_tokens", "n_parallel")}
         want["taps"] = list(cfg.taps)
+        want["target"] = target_identity(target.path)
         m = Manifest.load(folder)
         if m is not None and (m.target_fingerprint != fp or m.config != want):
             raise LocalspecError(

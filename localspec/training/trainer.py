@@ -22,7 +22,13 @@ import numpy as np
 from .. import _native as N
 from ..errors import InvalidParameterError, LocalspecError
 from ..ggufdata import read_tensors
-from .features import FeatureConfig, FeatureWriter, Sequence, load_sequences
+from .features import (
+    FeatureConfig,
+    FeatureWriter,
+    Sequence,
+    load_sequences,
+    target_identity,
+)
 
 VARIANTS = ("eagle3.1", "eagle3")
 INITS = ("target", "target-layer", "random")
@@ -478,6 +484,10 @@ class Trainer:
             raise LocalspecError(f"cannot resume from {self.state_path}: {exc}") from None
         mine = {k: v for k, v in asdict(self.cfg).items() if k in RESUME_KEYS}
         theirs = {k: v for k, v in st["config"].items() if k in RESUME_KEYS}
+        if st.get("target") != target_identity(self.info.path):
+            raise LocalspecError(
+                f"{self.state_path} was trained for another target; use another output folder"
+            )
         if mine != theirs or tuple(st["taps"]) != self.taps:
             raise LocalspecError(
                 f"{self.state_path} was trained with other settings {theirs} (taps "
@@ -538,6 +548,7 @@ class Trainer:
                 "opt": self.opt.state_dict(),
                 "config": asdict(self.cfg),
                 "taps": list(self.taps),
+                "target": target_identity(self.info.path),
                 "draft_ids": self.draft_ids,
                 "step": self.step,
                 "epoch": self.epoch,

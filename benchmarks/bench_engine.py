@@ -19,7 +19,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -27,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
+from localspec.bench import verify_curve  # noqa: E402
 from localspec.discovery import default_target  # noqa: E402
 
 PROMPTS = [
@@ -75,25 +75,6 @@ def kv_bytes(h: N.GGUFHeader, n_ctx: int, n_layer: int) -> int:
     """K and V cache bytes at f16 for n_layer layers (GQA: n_head_kv heads)."""
     head_dim = int(h.arch_key("embedding_length")) // int(h.arch_key("attention.head_count"))
     return 2 * 2 * n_layer * n_ctx * int(h.arch_key("attention.head_count_kv")) * head_dim
-
-
-def verify_curve(eng: localspec.Engine, ks: list[int], reps: int) -> dict[int, float]:
-    """Median seconds of one target decode of k tokens with logits for every token."""
-    tgt = eng.target
-    tgt.set_taps_active(eng.drafter is not None)
-    base = eng.tokenize(PROMPTS[0])
-    out = {}
-    for k in ks:
-        times = []
-        for r in range(reps):
-            tgt.ctx.clear()
-            tgt.decode(base, 0, all_logits=False)
-            toks = [int(t) for t in np.random.default_rng(r).integers(0, 1000, size=k)]
-            t0 = time.perf_counter()
-            tgt.decode(toks, len(base), all_logits=True)
-            times.append(time.perf_counter() - t0)
-        out[k] = statistics.median(times)
-    return out
 
 
 def main() -> int:
@@ -160,7 +141,7 @@ def main() -> int:
             )
 
         curve_ks = [1, 2, 3, 4, 5, 6, 8, 12, 16]
-        curve = verify_curve(eng, curve_ks, reps=15)
+        curve = verify_curve(eng.target, curve_ks, reps=15, taps=eng.drafter is not None)
         print("\nverify cost, one target decode of k tokens (median ms; ratio to k=1):")
         print("| k | " + " | ".join(str(k) for k in curve_ks) + " |")
         print("|---|" + "---|" * len(curve_ks))

@@ -112,15 +112,20 @@ class SettingResult:
         }
         if plain is not None:
             d["speedup"] = speedup(self, plain)
-            d["speedup_median_prompt"] = statistics.median(
-                a / b for a, b in zip(self.prompt_tps, plain.prompt_tps, strict=True) if b > 0
-            )
+            d["speedup_median_prompt"] = median_speedup(self, plain)
         return d
 
 
 def speedup(r: SettingResult, plain: SettingResult) -> float:
     p = plain.stats.tokens_per_s
     return r.stats.tokens_per_s / p if p > 0 else 0.0
+
+
+def median_speedup(r: SettingResult, plain: SettingResult) -> float:
+    """The median over prompts of each prompt's own speed ratio (robust to one odd prompt)."""
+    return statistics.median(
+        a / b for a, b in zip(r.prompt_tps, plain.prompt_tps, strict=True) if b > 0
+    )
 
 
 @dataclass
@@ -155,7 +160,6 @@ def run_set(
     done = 0
     for i, p in enumerate(prompts):
         order = settings[i % len(settings) :] + settings[: i % len(settings)]
-        plain_tokens: list[list[int]] | None = None
         outputs: dict[int, list[list[int]]] = {}
         for s in order:
             msgs = list(p.history)
@@ -179,16 +183,18 @@ def run_set(
             done += 1
             if progress is not None:
                 progress(done, total)
-        plain_tokens = outputs[0]
         if greedy:
             for s in settings[1:]:
-                s.mismatches += int(outputs[s.k] != plain_tokens)
+                s.mismatches += int(outputs[s.k] != outputs[0])
     return SetResult(name, len(prompts), settings)
 
 
-def verify_curve(target: Any, sizes: Sequence[int], reps: int = 5) -> dict[int, float]:
+def verify_curve(
+    target: Any, sizes: Sequence[int], reps: int = 5, *, taps: bool
+) -> dict[int, float]:
     """Median seconds of one target decode of n tokens with logits for all (what verifying a
-    draft of n-1 tokens costs), after a 64-token context."""
+    draft of n-1 tokens costs), after a 64-token context; taps on as speculation runs them."""
+    target.set_taps_active(taps)
     hi = min(1000, target.n_vocab)
     base = [int(t) for t in np.random.default_rng(0).integers(0, hi, size=64)]
     out = {}
@@ -218,9 +224,7 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
     plain = res.plain
     for s in res.settings:
         acc = " ".join(f"{a:.0%}" for a in s.stats.acceptance_at) if s.k else ""
-        med = statistics.median(
-            a / b for a, b in zip(s.prompt_tps, plain.prompt_tps, strict=True) if b > 0
-        )
+        med = median_speedup(s, plain)
         tau = f"{s.stats.tau:5.2f}" if s.k else "    -"
         flag = f"  !! {s.mismatches} prompts differ from plain" if s.mismatches else ""
         lines.append(

@@ -24,6 +24,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft", help="drafter GGUF (default: NAME.eagle3.gguf next to the target)")
     g.add_argument("--no-draft", action="store_true", help="plain decoding, no speculation")
     p.add_argument("--n-draft", "-k", type=int, default=4, help="draft length per step (default 4)")
+    _add_runtime_args(p)
+    p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+
+
+def _add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpu-layers",
         "-ngl",
@@ -32,7 +37,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         help="layers to offload to the GPU (-1: all; needs a CUDA/Metal build)",
     )
     p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: all)")
-    p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -139,8 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--gen-temperature", type=float, default=0.0, help="0 = greedy replies")
     tr.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
-    tr.add_argument("--threads", "-t", type=int, default=None, help="CPU threads")
-    tr.add_argument("--n-gpu-layers", "-ngl", type=int, default=0, help="target layers on GPU")
+    _add_runtime_args(tr)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--gguf", help="also convert the result to this GGUF file")
     tr.add_argument("--outtype", default="q8_0", help="GGUF type with --gguf (default q8_0)")
@@ -167,9 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--temperature", "--temp", type=float, default=0.0)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--out", default="localspec-bench", help="write OUT.json and OUT.png")
-    b.add_argument("--threads", "-t", type=int, default=None)
-    b.add_argument("--ctx", type=int, default=4096)
-    b.add_argument("--n-gpu-layers", "-ngl", type=int, default=0)
+    _add_runtime_args(b)
+    b.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
     b.set_defaults(func=cmd_bench)
 
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
@@ -255,7 +257,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         features=fcfg,
         taps=taps,
         n_threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers=args.gpu_layers,
         log=log,
     )
     f, u = res.final, res.untrained
@@ -299,7 +301,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft=args.draft,
         n_ctx=args.ctx,
         n_threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers=args.gpu_layers,
     )
     with eng:
         if eng.drafter is None:
@@ -328,7 +330,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             bar.close()
             results.append(res)
             print(bench.format_table(res, args.max_tokens, args.temperature) + "\n")
-        curve = bench.verify_curve(eng.target, sorted({1, 2, *[k + 1 for k in ks]}))
+        curve = bench.verify_curve(eng.target, sorted({1, 2, *[k + 1 for k in ks]}), taps=True)
         print(bench.format_curve(curve))
         data = bench.report(
             results,
@@ -341,7 +343,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "temperature": args.temperature,
                 "limit": args.limit,
                 "threads": args.threads or os.cpu_count(),
-                "n_gpu_layers": args.n_gpu_layers,
+                "n_gpu_layers": args.gpu_layers,
                 "ctx": args.ctx,
             },
         )

@@ -8,8 +8,8 @@ from itertools import chain
 
 from ..datasets import conversations
 from ..errors import InvalidParameterError
-from .features import FeatureConfig
-from .trainer import TrainConfig, Trainer, TrainResult, default_taps, target_info
+from .features import FeatureConfig, Manifest
+from .trainer import TrainConfig, Trainer, TrainResult, build_features, default_taps, target_info
 
 __all__ = ["FeatureConfig", "TrainConfig", "TrainResult", "train"]
 
@@ -44,9 +44,6 @@ def train(
     os.makedirs(out, exist_ok=True)
     items = chain.from_iterable(conversations(d) for d in data)
     bar = tqdm(desc="features", unit="tok", total=fcfg.max_tokens, disable=not show_progress)
-    from .features import Manifest
-    from .trainer import build_features
-
     done = Manifest.load(os.path.join(out, "data"))
     if done is not None:
         bar.update(done.n_tokens)

@@ -173,9 +173,9 @@ class Eagle3Drafter(nn.Module):
     ) -> None:
         """Start from the target instead of noise: its output head rows and final norm give a
         head that already maps states to the right tokens. With `top`, also copy the target's
-        top layer (the hidden-state halves of q/k/v) and let fc pass the deepest tap through.
-        Measured on SmolLM2 that layer copy starts far worse than a random layer: it predicts
-        the token after P (which the drafter already has) rather than the one after P+1."""
+        top layer (the hidden-state halves of q/k/v) and let fc pass the deepest tap through;
+        that layer predicts the token after P, which the drafter already has as input, not the
+        one after P+1, so it is not the default."""
         c, L, H = self.c, self.midlayer, self.c.hidden_size
 
         def t(name: str) -> torch.Tensor:

@@ -591,7 +591,6 @@ class Trainer:
             len(self.train_data.windows)
         )
         batches = self.train_data.batches(order)
-        final: EvalResult | None = None
         try:
             while True:
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:

@@ -236,6 +236,9 @@ class NativeContext:
         ctx_other: NativeContext | None = None,
         embeddings_nextn: bool = False,
     ) -> None:
+        if not 1 <= n_seq_max <= min(n_batch, 256):
+            # llama.cpp aborts the process on these (a batch must fit one row per sequence)
+            raise GenerationError(f"n_seq_max={n_seq_max} must be in [1, min(n_batch, 256)]")
         params = C.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -287,6 +290,14 @@ class NativeContext:
         if not C.llama_memory_seq_rm(self.mem, seq, p0, p1):
             raise GenerationError(f"llama.cpp could not remove KV positions {p0}..{p1}")
 
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Add sequence dst to the cells of src in [p0, p1) (unified KV: no data is copied)."""
+        C.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_drop(self, seq: int) -> None:
+        """Remove a whole sequence; cells no other sequence holds are freed."""
+        C.llama_memory_seq_rm(self.mem, seq, -1, -1)
+
     def seq_pos_max(self, seq: int = 0) -> int:
         return int(C.llama_memory_seq_pos_max(self.mem, seq))
 
@@ -303,12 +314,14 @@ class Batch:
     """A ``llama_batch`` whose arrays are numpy buffers we own (cheaper than llama_batch_init,
     and it can carry token ids and embedding rows at once, which the eagle3 decoder needs)."""
 
-    def __init__(self, capacity: int, *, tokens: bool = True, embd: int = 0) -> None:
+    def __init__(
+        self, capacity: int, *, tokens: bool = True, embd: int = 0, seqs_per_row: int = 1
+    ) -> None:
         self.capacity = capacity
         self.token = np.zeros(capacity, dtype=np.int32)
         self.pos = np.zeros(capacity, dtype=np.int32)
         self.n_seq_id = np.ones(capacity, dtype=np.int32)
-        self.seq_ids = np.zeros((capacity, 1), dtype=np.int32)
+        self.seq_ids = np.zeros((capacity, seqs_per_row), dtype=np.int32)
         self.logits = np.zeros(capacity, dtype=np.int8)
         self.embd = np.zeros((capacity, embd), dtype=np.float32) if embd else None
         self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
@@ -332,6 +345,7 @@ class Batch:
         if n > self.capacity:
             raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
         self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.n_seq_id[:n] = 1
         self.seq_ids[:n, 0] = 0
         self.logits[:n] = 1 if all_logits else 0
         if not all_logits and n:
@@ -345,8 +359,22 @@ class Batch:
         if n > self.capacity:
             raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
         self.pos[:n] = pos
+        self.n_seq_id[:n] = 1
         self.seq_ids[:n, 0] = seq
         self.logits[:n] = 1 if logits else 0
+        self.struct.n_tokens = n
+
+    def set_tree(self, pos: np.ndarray, seqs: list[list[int]]) -> None:
+        """Use the first len(pos) rows, row i in every sequence of seqs[i] (a draft tree: one
+        sequence per leaf, a node in the sequences of all leaves below it); outputs on all."""
+        n = len(pos)
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
+        self.pos[:n] = pos
+        for i, ss in enumerate(seqs):
+            self.n_seq_id[i] = len(ss)
+            self.seq_ids[i, : len(ss)] = ss
+        self.logits[:n] = 1
         self.struct.n_tokens = n
 
 

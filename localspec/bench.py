@@ -93,27 +93,54 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
 
 @dataclass
 class SettingResult:
-    k: int  # 0 = plain decoding
+    label: str  # "plain", "auto", "k=3", "tree 4x2/8"
+    gen: dict[str, Any]  # what engine.chat gets to run it (n_draft / tree)
     stats: Stats = field(default_factory=Stats)
     prompt_tps: list[float] = field(default_factory=list)
     mismatches: int = 0  # greedy prompts whose tokens differ from plain decoding
 
+    @property
+    def k(self) -> int | None:
+        """The chain length of a fixed-k setting (0: plain), else None."""
+        n = self.gen.get("n_draft")
+        return n if isinstance(n, int) and "tree" not in self.gen else None
+
+    @property
+    def speculative(self) -> bool:
+        return self.k != 0
+
     def as_dict(self, plain: SettingResult | None) -> dict[str, Any]:
-        d = {
+        st = self.stats
+        d: dict[str, Any] = {
+            "setting": self.label,
             "k": self.k,
-            "tokens_per_s": self.stats.tokens_per_s,
-            "tau": self.stats.tau if self.k else None,
-            "acceptance_at": self.stats.acceptance_at if self.k else [],
-            "generated": self.stats.generated,
-            "t_target": self.stats.t_target,
-            "t_draft": self.stats.t_draft,
-            "t_glue": self.stats.t_glue,
+            "tokens_per_s": st.tokens_per_s,
+            "tau": st.tau if self.speculative else None,
+            "acceptance_at": st.acceptance_at if self.speculative else [],
+            "shapes": dict(st.shapes),
+            "predicted_tokens_per_s": st.predicted_tokens_per_s or None,
+            "generated": st.generated,
+            "steps": st.steps,
+            "drafted": st.drafted,
+            "t_target": st.t_target,
+            "t_draft": st.t_draft,
+            "t_glue": st.t_glue,
             "mismatches": self.mismatches,
         }
         if plain is not None:
             d["speedup"] = speedup(self, plain)
             d["speedup_median_prompt"] = median_speedup(self, plain)
         return d
+
+
+def settings_for(ks: Sequence[int], trees: Sequence[Any], auto: bool) -> list[SettingResult]:
+    """Plain first, then auto, every fixed chain length and every fixed tree shape."""
+    out = [SettingResult("plain", {"n_draft": 0})]
+    if auto:
+        out.append(SettingResult("auto", {"n_draft": "auto"}))
+    out += [SettingResult(f"k={k}", {"n_draft": k}) for k in ks]
+    out += [SettingResult(str(t), {"tree": t}) for t in trees]
+    return out
 
 
 def speedup(r: SettingResult, plain: SettingResult) -> float:
@@ -141,26 +168,35 @@ class SetResult:
     def best(self) -> SettingResult:
         return max(self.settings, key=lambda r: r.stats.tokens_per_s)
 
+    def best_fixed(self) -> SettingResult:
+        """The fastest fixed setting (plain included): what a hand-tuned user would pick."""
+        fixed = [s for s in self.settings if s.label != "auto"]
+        return max(fixed, key=lambda r: r.stats.tokens_per_s)
+
+    def auto(self) -> SettingResult | None:
+        return next((s for s in self.settings if s.label == "auto"), None)
+
 
 def run_set(
     engine: Any,
     name: str,
     prompts: Sequence[BenchPrompt],
-    ks: Sequence[int],
+    settings: Sequence[SettingResult],
     *,
     max_tokens: int,
     temperature: float = 0.0,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> SetResult:
-    """Answer every prompt (all its turns) with plain decoding and each k, interleaved."""
-    settings = [SettingResult(0)] + [SettingResult(k) for k in ks]
+    """Answer every prompt (all its turns) with each setting, in rotated order per prompt;
+    settings[0] must be plain decoding (the reference for speed and greedy output)."""
+    settings = list(settings)
     greedy = temperature == 0.0
     total = len(prompts) * len(settings)
     done = 0
     for i, p in enumerate(prompts):
         order = settings[i % len(settings) :] + settings[: i % len(settings)]
-        outputs: dict[int, list[list[int]]] = {}
+        outputs: dict[str, list[list[int]]] = {}
         for s in order:
             msgs = list(p.history)
             st = Stats()
@@ -170,7 +206,7 @@ def run_set(
                 text: list[str] = []
                 tt: list[int] = []
                 for ev in engine.chat(
-                    msgs, max_tokens=max_tokens, n_draft=s.k, temperature=temperature, seed=seed
+                    msgs, max_tokens=max_tokens, temperature=temperature, seed=seed, **s.gen
                 ):
                     text.append(ev.text)
                     tt += ev.tokens
@@ -179,13 +215,13 @@ def run_set(
                 toks.append(tt)
             s.stats.add(st)
             s.prompt_tps.append(st.tokens_per_s)
-            outputs[s.k] = toks
+            outputs[s.label] = toks
             done += 1
             if progress is not None:
                 progress(done, total)
         if greedy:
             for s in settings[1:]:
-                s.mismatches += int(outputs[s.k] != outputs[0])
+                s.mismatches += int(outputs[s.label] != outputs[settings[0].label])
     return SetResult(name, len(prompts), settings)
 
 
@@ -219,23 +255,31 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
     turns = "greedy" if temperature == 0 else f"temperature {temperature}"
     lines = [
         f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}",
-        f"{'k':>6} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5}  acceptance by position",
+        f"{'setting':>15} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5}  "
+        "acceptance by position | shapes run (auto: model's predicted tok/s)",
     ]
     plain = res.plain
     for s in res.settings:
-        acc = " ".join(f"{a:.0%}" for a in s.stats.acceptance_at) if s.k else ""
-        med = median_speedup(s, plain)
-        tau = f"{s.stats.tau:5.2f}" if s.k else "    -"
+        st = s.stats
+        acc = " ".join(f"{a:.0%}" for a in st.acceptance_at[:8]) if s.speculative else ""
+        tau = f"{st.tau:5.2f}" if s.speculative else "    -"
+        extra = ""
+        if s.label == "auto":
+            extra = f" | {st.shape_summary()}; predicted {st.predicted_tokens_per_s:.1f}"
         flag = f"  !! {s.mismatches} prompts differ from plain" if s.mismatches else ""
         lines.append(
-            f"{'plain' if s.k == 0 else s.k:>6} {s.stats.tokens_per_s:8.1f} "
-            f"{speedup(s, plain):7.2f}x {med:6.2f}x {tau}  {acc}{flag}"
+            f"{s.label:>15} {st.tokens_per_s:8.1f} {speedup(s, plain):7.2f}x "
+            f"{median_speedup(s, plain):6.2f}x {tau}  {acc}{extra}{flag}"
         )
-    best = res.best()
-    lines.append(
-        f"best here: {'plain decoding' if best.k == 0 else f'k={best.k}'} "
-        f"({speedup(best, plain):.2f}x plain)"
-    )
+    best = res.best_fixed()
+    line = f"best fixed setting: {best.label} ({speedup(best, plain):.2f}x plain)"
+    auto = res.auto()
+    if auto is not None:
+        line += (
+            f"; auto: {speedup(auto, plain):.2f}x plain, "
+            f"{auto.stats.tokens_per_s / max(best.stats.tokens_per_s, 1e-9):.2f}x best fixed"
+        )
+    lines.append(line)
     return "\n".join(lines)
 
 
@@ -264,17 +308,19 @@ def write_png(path: str, sets: list[SetResult], curve: dict[int, float]) -> None
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for res in sets:
-        ks = [s.k for s in res.settings]
-        a1.plot(ks, [speedup(s, res.plain) for s in res.settings], marker="o", label=res.name)
+        labels = [s.label for s in res.settings]
+        a1.plot(labels, [speedup(s, res.plain) for s in res.settings], marker="o", label=res.name)
+        chains = [s for s in res.settings if s.k]
         a2.plot(
-            [s.k + 1 for s in res.settings[1:]],
-            [s.stats.tau for s in res.settings[1:]],
+            [s.k + 1 for s in chains if s.k],
+            [s.stats.tau for s in chains],
             marker="s",
             linestyle="--",
             label=f"tau, {res.name}",
         )
+    a1.tick_params(axis="x", labelrotation=45, labelsize=8)
     a1.axhline(1.0, color="grey", linewidth=0.8)
-    a1.set_xlabel("draft length k (0 = plain)")
+    a1.set_xlabel("setting")
     a1.set_ylabel("speedup over plain decoding")
     a1.set_title("decoding speed")
     a1.legend()
@@ -315,8 +361,8 @@ def report(
         "sets": {
             r.name: {
                 "prompts": r.n_prompts,
-                "best_k": r.best().k,
-                "settings": [s.as_dict(r.plain if s.k else None) for s in r.settings],
+                "best_fixed": r.best_fixed().label,
+                "settings": [s.as_dict(r.plain if s.speculative else None) for s in r.settings],
             }
             for r in sets
         },

@@ -23,9 +23,36 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--draft", help="drafter GGUF (default: NAME.eagle3.gguf next to the target)")
     g.add_argument("--no-draft", action="store_true", help="plain decoding, no speculation")
-    p.add_argument("--n-draft", "-k", type=int, default=4, help="draft length per step (default 4)")
+    p.add_argument(
+        "--n-draft",
+        "-k",
+        type=_n_draft,
+        default="auto",
+        help="'auto' (default: the cost model picks plain, a chain or a tree each step) or a "
+        "fixed chain length (0: plain)",
+    )
+    p.add_argument(
+        "--tree",
+        metavar="D,K,B",
+        help="a fixed draft tree instead: depth, top-k per node, node budget (e.g. 5,4,24)",
+    )
     _add_runtime_args(p)
     p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+
+
+def _n_draft(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'auto' or an integer, not {text!r}") from None
+
+
+def _tree_arg(args: argparse.Namespace) -> Any:
+    from .tree import TreeShape
+
+    return TreeShape.parse(args.tree) if args.tree else None
 
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -164,7 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=["mtbench", "humaneval"],
         help="mtbench, humaneval, long, short, or JSONL files (default: mtbench humaneval)",
     )
-    b.add_argument("--k", default="1,2,3,4,5,6,8", help="draft lengths to sweep")
+    b.add_argument("--k", default="1,2,3,4,5,6,8", help="fixed chain lengths to sweep")
+    b.add_argument(
+        "--tree",
+        nargs="*",
+        default=[],
+        metavar="D,K,B",
+        help="fixed draft-tree shapes to add (depth, top-k, node budget), e.g. 4,2,8",
+    )
+    b.add_argument(
+        "--no-auto", action="store_true", help="leave out n_draft=auto (the default setting)"
+    )
     b.add_argument("--max-tokens", "-n", type=int, default=128, help="tokens per turn")
     b.add_argument("--limit", type=int, default=None, help="first N prompts of each set")
     b.add_argument("--temperature", "--temp", type=float, default=0.0)
@@ -284,13 +321,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from . import bench
     from .engine import MAX_DRAFT, load
+    from .tree import TreeShape
 
     try:
         ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
     except ValueError:
-        ks = []
-    if not ks or not all(1 <= k <= MAX_DRAFT for k in ks):
+        ks = [-1]
+    if not all(1 <= k <= MAX_DRAFT for k in ks):
         raise LocalspecError(f"--k wants draft lengths in 1..{MAX_DRAFT}, got {args.k!r}")
+    trees = [TreeShape.parse(t) for t in args.tree]
+    if not ks and not trees and args.no_auto:
+        raise LocalspecError("nothing to compare: give --k, --tree, or drop --no-auto")
     if args.max_tokens < 1:
         raise LocalspecError("--max-tokens must be >= 1")
     sets = {
@@ -312,7 +353,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         eng.complete("Hello", max_tokens=8)  # warm-up: first-call costs stay out of the numbers
         results = []
         for name, prompts in sets.items():
-            bar = tqdm(total=len(prompts) * (len(ks) + 1), desc=name, unit="run", leave=False)
+            settings = bench.settings_for(ks, trees, auto=not args.no_auto)
+            bar = tqdm(total=len(prompts) * len(settings), desc=name, unit="run", leave=False)
 
             def tick(done: int, total: int, bar: Any = bar) -> None:
                 bar.update(done - bar.n)
@@ -321,7 +363,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 eng,
                 name,
                 prompts,
-                ks,
+                settings,
                 max_tokens=args.max_tokens,
                 temperature=args.temperature,
                 seed=args.seed,
@@ -330,7 +372,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             bar.close()
             results.append(res)
             print(bench.format_table(res, args.max_tokens, args.temperature) + "\n")
-        curve = bench.verify_curve(eng.target, sorted({1, 2, *[k + 1 for k in ks]}), taps=True)
+        sizes = {1, 2, *[k + 1 for k in ks], *[t.budget + 1 for t in trees]}
+        curve = bench.verify_curve(eng.target, sorted(sizes), taps=True)
         print(bench.format_curve(curve))
         data = bench.report(
             results,
@@ -339,6 +382,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             drafter=eng.draft_path,
             options={
                 "ks": ks,
+                "trees": [str(t) for t in trees],
+                "auto": not args.no_auto,
                 "max_tokens": args.max_tokens,
                 "temperature": args.temperature,
                 "limit": args.limit,
@@ -396,8 +441,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     SamplingParams(args.temperature, args.top_k, args.top_p)
     from .engine import MAX_DRAFT
 
-    if not 0 <= args.n_draft <= MAX_DRAFT:
-        raise LocalspecError(f"--n-draft must be in 0..{MAX_DRAFT}, got {args.n_draft}")
+    if args.n_draft != "auto" and not 0 <= args.n_draft <= MAX_DRAFT:
+        raise LocalspecError(f"--n-draft must be 'auto' or in 0..{MAX_DRAFT}, got {args.n_draft}")
+    tree = _tree_arg(args)
     if args.max_tokens < 1:
         raise LocalspecError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     from .tui.app import ChatOptions, LocalspecApp
@@ -407,6 +453,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         target=target,
         draft=False if args.no_draft else args.draft,
         n_draft=args.n_draft,
+        tree=tree,
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
         n_ctx=args.ctx,
@@ -450,10 +497,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise LocalspecError("give a prompt with --prompt/-p or on standard input")
         prompt = sys.stdin.read()
     draft: str | Literal[False] | None = False if args.no_draft else args.draft
+    tree = _tree_arg(args)
     with load(
         args.target,
         draft=draft,
         n_draft=args.n_draft,
+        tree=tree,
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
         n_ctx=args.ctx,

@@ -133,6 +133,7 @@ class Drafter:
         n_gpu_layers: int,
         kv_type: str = "f16",
         flash_attn: bool | None = None,
+        n_seq_max: int = 1,
     ) -> None:
         spec.check_pair(target)
         self.spec = spec
@@ -148,6 +149,7 @@ class Drafter:
                 flash_attn=flash_attn,
                 ctx_other=target.ctx,
                 embeddings_nextn=True,
+                n_seq_max=n_seq_max,  # draft trees: a KV sequence per frontier node
             )
         except BaseException:
             self.model.close()
@@ -159,6 +161,7 @@ class Drafter:
         self._enc_batch = N.Batch(n_batch, tokens=False, embd=self.tap_width)
         self._dec_batch = N.Batch(n_batch, tokens=True, embd=self.n_embd)
         self._out_norm = spec.output_norm_weight() if spec.norm_output else None
+        self._draft_ids: np.ndarray | None | bool = False  # False: not yet known
 
     def _check_loaded(self, target: Target) -> None:
         if self.model.n_embd != self.spec.n_embd:
@@ -243,10 +246,34 @@ class Drafter:
                 hs[i + j] = N.float_rows(row, 1, self.n_embd)[0]
         return logits, hs
 
+    def decode_rows(
+        self, tokens: list[int], embd: np.ndarray, pos: int, seqs: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Decode one pair per sequence, all at position pos (a draft tree's frontier); return
+        every row's logits and pre-norm state (views, valid until the next decode)."""
+        n = len(tokens)
+        b = self._dec_batch
+        assert b.embd is not None
+        b.token[:n] = tokens
+        b.embd[:n] = embd
+        b.set_rows(np.full(n, pos, dtype=np.int32), np.asarray(seqs, dtype=np.int32))
+        self.ctx.decode(b, "drafter decoder (tree)")
+        logits = N.float_rows(N.C.llama_get_logits(self.ctx.ptr), n, self.n_vocab)
+        return logits, N.float_rows(N.get_embeddings_nextn(self.ctx.ptr), n, self.n_embd)
+
+    def draft_ids(self, logits: np.ndarray) -> np.ndarray | None:
+        """Target ids the drafter can propose: llama.cpp fills the rest of a reduced (d2t) draft
+        vocabulary's logits with -inf. Learnt from the first logits seen; None when all can."""
+        if self._draft_ids is False:
+            row = logits.reshape(-1, logits.shape[-1])[0]
+            finite = np.flatnonzero(np.isfinite(row))
+            self._draft_ids = None if finite.size == row.size else finite
+        return self._draft_ids  # type: ignore[return-value]
+
     def feedback(self, h: np.ndarray) -> np.ndarray:
         """The state fed to the next draft step: h (EAGLE-3) or output_norm(h) (norm_output)."""
         if self._out_norm is None:
-            return h.copy()
+            return np.array(h, dtype=np.float32)
         return rms_norm(h, self.spec.eps) * self._out_norm
 
     def truncate(self, n_keep: int) -> None:

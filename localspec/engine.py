@@ -13,17 +13,20 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _native as N
+from .costmodel import TOP_KS, CostModel, Plan, calibrate
 from .discovery import default_target, find_drafter
 from .drafter import Drafter, DrafterSpec
 from .errors import ContextFullError, InvalidParameterError, LocalspecError
-from .sampling import SamplingParams
-from .speculative import ChainState, draft_chain, pick, speculative_step
+from .sampling import Draws, SamplingParams
+from .speculative import ChainState, StepResult, draft_chain, pick, speculative_step
 from .stats import Stats
 from .target import Target
 from .text import chat_prompt, tokenize
+from .tree import GAP_SEQ, MAX_TOP_K, MAX_TREE_NODES, TreeShape, tree_step
 
 MAX_DRAFT = 32
 FinishReason = Literal["eos", "stop", "length", "context_full"]
+NDraft = int | Literal["auto"]
 
 
 @dataclass
@@ -50,13 +53,34 @@ def load(
     draft: str | os.PathLike[str] | Literal[False] | None = None,
     **options: Any,
 ) -> Engine:
-    """Load a GGUF target and pair it with a drafter; options are Engine's (n_draft,
+    """Load a GGUF target and pair it with a drafter; options are Engine's (n_draft, tree,
     n_gpu_layers, n_threads, n_ctx, n_batch, draft_batch, kv_type, flash_attn).
 
     draft: a path; None finds ``NAME.eagle3.gguf`` (or a recorded drafter) next to the target;
     False runs without speculation. n_gpu_layers=-1 offloads every layer (CUDA/Metal builds).
+    n_draft: "auto" (default) lets the cost model choose plain decoding, a chain or a tree at
+    every step; an integer fixes a chain of that length (0: plain). tree: a fixed TreeShape
+    (or "DEPTH,TOP_K,BUDGET") instead.
     """
     return Engine(target, draft, **options)
+
+
+def _check_n_draft(value: Any) -> NDraft:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str):
+        raise InvalidParameterError(f'n_draft must be "auto" or an integer, got {value!r}')
+    return _check_int("n_draft", value, 0, MAX_DRAFT)
+
+
+def _check_tree(value: Any) -> TreeShape | None:
+    if value is None or isinstance(value, TreeShape):
+        return value
+    if isinstance(value, str):
+        return TreeShape.parse(value)
+    if isinstance(value, (tuple, list)) and len(value) == 3:
+        return TreeShape(*(_check_int("tree", v, 1, MAX_TREE_NODES) for v in value))
+    raise InvalidParameterError(f"tree must be a TreeShape, 'D,K,B' or (D, K, B), got {value!r}")
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
@@ -73,7 +97,8 @@ class Engine:
         target: str | os.PathLike[str] | None = None,
         draft: str | os.PathLike[str] | Literal[False] | None = None,
         *,
-        n_draft: int = 4,
+        n_draft: NDraft = "auto",
+        tree: TreeShape | str | tuple[int, int, int] | None = None,
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         n_ctx: int = 4096,
@@ -82,7 +107,8 @@ class Engine:
         kv_type: str = "f16",
         flash_attn: bool | None = None,
     ) -> None:
-        self.n_draft = _check_int("n_draft", n_draft, 0, MAX_DRAFT)
+        self.n_draft = _check_n_draft(n_draft)
+        self.tree = _check_tree(tree)
         _check_int("n_gpu_layers", n_gpu_layers, -1, 100_000)
         default_threads = max(1, os.cpu_count() or 1)
         threads = _check_int(
@@ -112,7 +138,12 @@ class Engine:
             n_gpu_layers=n_gpu_layers,
             kv_type=kv_type,
             flash_attn=flash_attn,
+            tree_nodes=0 if draft is False else min(MAX_TREE_NODES, n_batch - 2),
         )
+        self._max_tree = 0 if draft is False else min(MAX_TREE_NODES, n_batch - 2)
+        # a tree's drafter frontier takes two banks of top_k sequences (+ the committed one)
+        self._max_top_k = max(1, min(MAX_TOP_K, (min(draft_batch, n_batch) - 1) // 2))
+        self.cost: CostModel | None = None  # calibrated on the first "auto" generation
         try:
             if draft is None:
                 found = find_drafter(target_path, self.target.vocab_fingerprint)
@@ -131,6 +162,7 @@ class Engine:
                     n_gpu_layers=n_gpu_layers,
                     kv_type=kv_type,
                     flash_attn=flash_attn,
+                    n_seq_max=2 * self._max_top_k + 1,
                 )
                 self.drafter_note = f"{spec.variant} drafter {spec.path}"
             elif draft is False:
@@ -175,15 +207,23 @@ class Engine:
         top_p: float = 1.0,
         seed: int | None = None,
         stop: str | Sequence[str] = (),
-        n_draft: int | None = None,
+        n_draft: NDraft | None = None,
+        tree: TreeShape | str | tuple[int, int, int] | None = None,
         add_special: bool = True,
         parse_special: bool = False,
     ) -> Iterator[Event]:
-        """Stream a continuation of ``prompt`` (text, or token ids) event by event."""
+        """Stream a continuation of ``prompt`` (text, or token ids) event by event. n_draft and
+        tree override the engine's for this call (tree wins when both are given)."""
         self._check_open()
         sp = SamplingParams(float(temperature), top_k, float(top_p))
         _check_int("max_tokens", max_tokens, 0, 1 << 24)
-        k = self.n_draft if n_draft is None else _check_int("n_draft", n_draft, 0, MAX_DRAFT)
+        k = self.n_draft if n_draft is None else _check_n_draft(n_draft)
+        shape = _check_tree(tree) if tree is not None else (self.tree if n_draft is None else None)
+        if shape is not None and (shape.budget > self._max_tree or shape.top_k > self._max_top_k):
+            raise InvalidParameterError(
+                f"{shape} does not fit this engine: at most {self._max_tree} nodes "
+                f"(n_batch - 2) and top_k {self._max_top_k} ((draft_batch - 1) // 2)"
+            )
         if seed is not None:
             _check_int("seed", seed, 0, 2**63 - 1)
         stops = [stop] if isinstance(stop, str) else list(stop)
@@ -201,7 +241,7 @@ class Engine:
             raise ContextFullError(
                 f"the prompt has {len(tokens)} tokens; the context holds {self.target.n_ctx}"
             )
-        return self._run(tokens, max_tokens, sp, np.random.default_rng(seed), stops, k)
+        return self._run(tokens, max_tokens, sp, Draws(seed, len(tokens)), stops, k, shape)
 
     def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> Completion:
         """Generate to the end and return the whole text, tokens and statistics."""
@@ -240,7 +280,7 @@ class Engine:
             raise InvalidParameterError("the prompt is empty or does not fit the context")
         sp = SamplingParams()
         self.target.set_taps_active(True)
-        st = self._prefill(tokens, self.drafter, sp, np.random.default_rng(0), Stats())
+        st = self._prefill(tokens, self.drafter, sp, Draws(0, len(tokens)), Stats())
         drafts, _ = draft_chain(self.drafter, st, k, sp, np.random.default_rng(0))
         return drafts
 
@@ -272,7 +312,7 @@ class Engine:
         tokens: list[int],
         dft: Drafter | None,
         sp: SamplingParams,
-        rng: np.random.Generator,
+        draws: Draws,
         stats: Stats,
     ) -> ChainState:
         """Process the prompt in chunks, queue the drafter's pairs, choose the first token."""
@@ -281,19 +321,20 @@ class Engine:
         if dft is not None:
             dft.clear()
         t0 = perf_counter()
-        g_rows = []
+        taps = []
         logits = None
         for a in range(0, len(tokens), tgt.n_batch):
             chunk = tokens[a : a + tgt.n_batch]
             logits = tgt.decode(chunk, a, all_logits=False)
             if dft is not None:
-                g_rows.append(dft.encode(tgt.read_taps(len(chunk))))
+                taps.append(tgt.read_taps(len(chunk)))
         assert logits is not None
-        first, _ = pick(logits[0], sp, rng)
+        first, _ = pick(logits[0], sp, draws.rng, draws.at(len(tokens)))
         st = ChainState(n=len(tokens), last=first)
         if dft is not None:
             st.queue_tokens = [*tokens[1:], first]
-            st.queue_g = g_rows
+            st.queue_taps, st.n_taps = taps, len(tokens)
+            st.encode_pending(dft)  # one batched encode belongs to prompt processing
         stats.t_prefill += perf_counter() - t0
         return st
 
@@ -302,21 +343,33 @@ class Engine:
         tokens: list[int],
         max_tokens: int,
         sp: SamplingParams,
-        rng: np.random.Generator,
+        draws: Draws,
         stops: list[str],
-        k: int,
+        k: NDraft,
+        shape: TreeShape | None,
     ) -> Iterator[Event]:
         stats = Stats(prompt_tokens=len(tokens), generations=1)
         self._last_stats = stats
         text = _TextStream(stops)
         n_ctx = self.target.n_ctx
-        drafter = self.drafter if k > 0 else None  # n_draft=0: plain target, same loop
+        # n_draft=0 (or no drafter): the plain target on the same loop, taps off
+        drafter = self.drafter if (shape is not None or k != 0) else None
+        if drafter is None:
+            mode = "plain"
+        elif shape is not None:
+            mode = str(shape)
+        elif k == "auto":
+            mode = "auto"
+            self._ensure_cost_model()
+        else:
+            mode = f"chain {k}"
+        stats.mode = mode
         self.target.set_taps_active(drafter is not None)
         try:
             if max_tokens == 0:
                 yield Event("", [], [], "length")
                 return
-            st = self._prefill(tokens, drafter, sp, rng, stats)
+            st = self._prefill(tokens, drafter, sp, draws, stats)
             step_tokens, step_acc = [st.last], [False]
             reason: FinishReason | None = None
             while True:
@@ -345,17 +398,102 @@ class Engine:
                     yield Event(text.take(final=False), out_t, out_a)
                 # one speculative step; never draft past max_tokens or the context end
                 budget = min(max_tokens - stats.generated, n_ctx - st.n, self.target.n_batch) - 1
-                k_now = min(k, budget) if drafter else 0
-                t0 = perf_counter()
-                res = speculative_step(self.target, drafter, st, k_now, sp, rng)
-                stats.t_target += res.t_target
-                stats.t_draft += res.t_draft
-                stats.t_glue += perf_counter() - t0 - res.t_target - res.t_draft
-                stats.record_step(res.n_drafted, res.n_accepted)
+                free = n_ctx - st.n - st.gap_cells  # cells a tree may still occupy
+                if st.gap_cells and free < self._max_tree + 2:
+                    # context nearly full: give the gap cells back (tokens from here on may
+                    # round differently from plain decoding, rather than stopping early)
+                    self.target.ctx.seq_drop(GAP_SEQ)
+                    st.gap_cells, free = 0, n_ctx - st.n
+                res = self._step(drafter, st, sp, draws, k, shape, budget, free - 1, stats)
                 step_tokens = res.tokens
                 step_acc = [True] * res.n_accepted + [False]
         finally:
             self.stats.add(stats)
+
+    def _ensure_cost_model(self) -> None:
+        if self.cost is None and self.drafter is not None:
+            self.target.set_taps_active(True)  # verification runs with taps: time it so
+            self.cost = calibrate(
+                self.target,
+                self.drafter,
+                max_rows=self._max_tree + 1,
+                top_ks=tuple(k for k in TOP_KS if k <= self._max_top_k),
+            )
+
+    def _step(
+        self,
+        drafter: Drafter | None,
+        st: ChainState,
+        sp: SamplingParams,
+        draws: Draws,
+        k: NDraft,
+        shape: TreeShape | None,
+        budget: int,
+        cells: int,
+        stats: Stats,
+    ) -> StepResult:
+        """Choose this step's shape (fixed, or by the cost model), run it, and learn from it.
+        budget: draft depth allowed (tokens and positions left); cells: free KV cells."""
+        plan: Plan | None = None
+        if drafter is None or budget < 1:
+            shape = None
+        elif shape is not None:
+            shape = shape.clipped(budget)
+        elif k == "auto":
+            assert self.cost is not None
+            plan = self.cost.plan(budget)
+            shape = plan.shape
+        else:
+            shape = TreeShape(min(k, budget), 1, min(k, budget, MAX_TREE_NODES))
+        drafter_cells = self.target.n_ctx - st.n  # the drafter's cache mirrors the target's
+        if (
+            shape is not None
+            and not shape.is_chain
+            and (shape.budget > cells or (shape.depth - 1) * shape.top_k >= drafter_cells)
+        ):
+            shape = TreeShape(min(shape.depth, budget), 1, min(shape.depth, budget))
+        t0 = perf_counter()
+        st.t_flush = 0.0
+        if shape is None or shape.is_chain:
+            n_chain = shape.depth if shape is not None else 0
+            # fixed chains sample by rejection sampling (it accepts more); auto accepts by the
+            # target's own position-keyed draws, so its text for a seed never depends on timing
+            res = speculative_step(
+                self.target,
+                drafter,
+                st,
+                n_chain,
+                sp,
+                draws,
+                ranks=plan is not None,
+                own_draws=k == "auto" or n_chain == 0,
+            )
+            rows = n_chain + 1
+        else:
+            assert drafter is not None
+            res, _ = tree_step(self.target, drafter, st, shape, sp, draws)
+            rows = res.n_drafted + 1
+        glue = perf_counter() - t0 - res.t_target - res.t_draft
+        stats.t_target += res.t_target
+        stats.t_draft += res.t_draft
+        stats.t_glue += glue
+        stats.record_step(
+            res.n_drafted, res.n_accepted, shape_label(shape), shape.depth if shape else 0
+        )
+        if plan is not None:
+            assert self.cost is not None
+            stats.record_prediction(plan.tokens, plan.seconds)
+            self.cost.observe(
+                shape,
+                verify_rows=rows,
+                t_verify=res.t_target,
+                t_flush=st.t_flush,
+                t_draft=res.t_draft,
+                t_glue=glue,
+                ranks=res.ranks,
+                emitted=len(res.tokens),
+            )
+        return res
 
     def _piece(self, token: int) -> bytes:
         n = N.C.llama_token_to_piece(
@@ -366,6 +504,10 @@ class Engine:
             n = N.C.llama_token_to_piece(self.target.model.vocab, token, buf, -n, 0, False)
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
+
+
+def shape_label(shape: TreeShape | None) -> str:
+    return "plain" if shape is None else str(shape)
 
 
 class _TextStream:

@@ -55,5 +55,31 @@ def probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
     # inverse-CDF draw; searchsorted on the cumulative sum is exact and fast
+    return sample_at(p, rng.random())
+
+
+def sample_at(p: np.ndarray, u: float) -> int:
+    """The inverse-CDF draw for a given uniform u in [0, 1)."""
     c = np.cumsum(p)
-    return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), p.size - 1))
+    return int(min(np.searchsorted(c, u * c[-1], side="right"), p.size - 1))
+
+
+class Draws:
+    """The randomness of one generation. Tokens are drawn from the target's distribution by
+    inverse CDF with a uniform keyed by the token's position, so plain decoding, auto and
+    draft trees turn a seed into the same text however the steps were scheduled; ``rng`` feeds
+    the rest (rejection sampling of fixed chains, whose output depends on k)."""
+
+    def __init__(self, seed: int | None, base: int) -> None:
+        root = np.random.SeedSequence(seed)
+        pos_seq, rest = root.spawn(2)
+        self._pos_rng = np.random.default_rng(pos_seq)
+        self.rng = np.random.default_rng(rest)
+        self.base = base  # position of the first generated token
+        self._u = np.empty(0)
+
+    def at(self, pos: int) -> float:
+        i = pos - self.base
+        while i >= self._u.size:
+            self._u = np.concatenate([self._u, self._pos_rng.random(max(256, self._u.size))])
+        return float(self._u[i])

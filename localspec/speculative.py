@@ -4,8 +4,9 @@ Conventions (those of llama.cpp's EAGLE-3 driver):
 - the target's KV holds positions 0..n-1; ``last`` is the token at position n, already chosen
   and emitted but not yet decoded by the target;
 - drafter KV position P holds the pair (token[P+1], g[P]) where g[P] = fc(taps of position P).
-  Pairs whose g is known but not yet written wait in a queue; the last queued pair is
-  (last, g[n-1]), whose decoder output is the first draft.
+  Pairs not yet written wait in a queue, with their taps not yet encoded (so steps that do not
+  draft cost the drafter nothing); the last queued pair is (last, g[n-1]), whose decoder output
+  is the first draft.
 
 Sampling is lossless by speculative rejection sampling (Leviathan et al. 2023; Chen et al.
 2023): draft d ~ q (the drafter's distribution under the same temperature/top-k/top-p), accept
@@ -23,8 +24,10 @@ from time import perf_counter
 import numpy as np
 
 from .drafter import Drafter
-from .sampling import SamplingParams, probs, sample
+from .sampling import Draws, SamplingParams, probs, sample, sample_at
 from .target import Target
+
+GREEDY = SamplingParams()
 
 
 @dataclass
@@ -33,7 +36,30 @@ class ChainState:
     last: int  # token at position n, chosen but not yet decoded by the target
     drafter_n: int = 0  # drafter KV holds positions 0..drafter_n-1
     queue_tokens: list[int] = field(default_factory=list)  # pairs not yet written to the drafter
-    queue_g: list[np.ndarray] = field(default_factory=list)  # ... their g row blocks
+    queue_g: list[np.ndarray] = field(default_factory=list)  # ... their g rows, encoded
+    queue_taps: list[np.ndarray] = field(default_factory=list)  # ... then taps not yet encoded
+    n_taps: int = 0  # rows in queue_taps
+    t_flush: float = 0.0  # seconds the last flush_queue took (the cost model's input)
+    gap_cells: int = 0  # target KV cells held by rejected tree nodes (see tree.tree_step)
+
+    def queue(self, drafter: Drafter, tokens: list[int], taps: np.ndarray) -> None:
+        """Queue pairs; taps are encoded in bulk later (or now, when many are pending)."""
+        self.queue_tokens.extend(tokens)
+        self.queue_taps.append(taps)
+        self.n_taps += taps.shape[0]
+        if self.n_taps >= ENCODE_AT:
+            self.encode_pending(drafter)
+
+    def encode_pending(self, drafter: Drafter) -> None:
+        if self.queue_taps:
+            taps = (
+                np.concatenate(self.queue_taps) if len(self.queue_taps) > 1 else self.queue_taps[0]
+            )
+            self.queue_g.append(drafter.encode(taps))
+            self.queue_taps, self.n_taps = [], 0
+
+
+ENCODE_AT = 256  # pending tap rows that trigger an encode (bounds the queue's memory)
 
 
 @dataclass
@@ -43,31 +69,59 @@ class StepResult:
     n_accepted: int
     t_target: float
     t_draft: float
+    # (draft depth, rank of the emitted token among the drafter's candidates there) for every
+    # position where the drafter's distribution was computed: what the cost model learns from
+    ranks: list[tuple[int, int]] = field(default_factory=list)
 
 
 def pick(
-    logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator
+    logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator, u: float | None = None
 ) -> tuple[int, np.ndarray | None]:
-    """Choose a token from logits: argmax (greedy) or a draw; also return the distribution."""
+    """Choose a token from logits: argmax (greedy) or a draw (with the uniform u when given);
+    also return the distribution."""
     if sp.greedy:
         return int(np.argmax(logits)), None
     p = probs(logits, sp)
-    return sample(p, rng), p
+    return (sample(p, rng) if u is None else sample_at(p, u)), p
 
 
-def draft_chain(
-    drafter: Drafter, st: ChainState, k: int, sp: SamplingParams, rng: np.random.Generator
-) -> tuple[list[int], list[np.ndarray | None]]:
-    """Write the queued pairs and draft k tokens after ``last`` (drafter positions n, n+1...)."""
+def rank_of(candidates: np.ndarray, token: int) -> int:
+    """Index of token in a best-first candidate list (len when absent)."""
+    hit = np.flatnonzero(candidates == token)
+    return int(hit[0]) if hit.size else len(candidates)
+
+
+def flush_queue(drafter: Drafter, st: ChainState) -> tuple[np.ndarray, np.ndarray]:
+    """Write the queued pairs to the drafter; return the last row's logits and feedback state
+    (the distribution and input of the first draft position)."""
+    t0 = perf_counter()
+    st.encode_pending(drafter)
     g = np.concatenate(st.queue_g) if len(st.queue_g) > 1 else st.queue_g[0]
     logits, h = drafter.decode(st.queue_tokens, g, st.drafter_n)
     st.drafter_n += len(st.queue_tokens)
     st.queue_tokens, st.queue_g = [], []
+    st.t_flush = perf_counter() - t0
+    return logits, h
+
+
+def draft_chain(
+    drafter: Drafter,
+    st: ChainState,
+    k: int,
+    sp: SamplingParams,
+    rng: np.random.Generator,
+    keep_logits: list[np.ndarray] | None = None,
+) -> tuple[list[int], list[np.ndarray | None]]:
+    """Write the queued pairs and draft k tokens after ``last`` (drafter positions n, n+1...);
+    keep_logits, when given, receives a copy of each position's drafter logits."""
+    logits, h = flush_queue(drafter, st)
     drafts, qs = [], []
     for j in range(k):
         d, q = pick(logits, sp, rng)
         drafts.append(d)
         qs.append(q)
+        if keep_logits is not None:
+            keep_logits.append(logits.copy())
         if j < k - 1:
             logits, h = drafter.decode([d], h[None, :], st.n + j)
     return drafts, qs
@@ -80,7 +134,8 @@ def accept(
     sp: SamplingParams,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
-    """Target rows 0..k verify drafts 1..k; return (accepted count m, the target's token)."""
+    """Target rows 0..k verify drafts 1..k; return (accepted count m, the target's token).
+    Sampling: speculative rejection sampling of drafts drawn from q."""
     if sp.greedy:
         for i, d in enumerate(drafts):
             y = int(np.argmax(logits[i]))
@@ -97,25 +152,53 @@ def accept(
     return len(drafts), sample(probs(logits[len(drafts)], sp), rng)
 
 
+def accept_own_draws(
+    logits: np.ndarray, drafts: list[int], sp: SamplingParams, draws: Draws, pos: int
+) -> tuple[int, int]:
+    """Row i draws the target's own token for position pos+i (greedy: argmax; sampling: the
+    position's uniform) and accepts draft i+1 when it is that token. Every emitted token is the
+    one plain decoding would draw there, so this is lossless for any drafts (used with the
+    drafter's greedy picks, the single-candidate case of tree acceptance)."""
+    for i, d in enumerate(drafts):
+        y, _ = pick(logits[i], sp, draws.rng, draws.at(pos + i))
+        if y != d:
+            return i, y
+    k = len(drafts)
+    return k, pick(logits[k], sp, draws.rng, draws.at(pos + k))[0]
+
+
 def speculative_step(
     target: Target,
     drafter: Drafter | None,
     st: ChainState,
     k: int,
     sp: SamplingParams,
-    rng: np.random.Generator,
+    draws: Draws,
+    *,
+    ranks: bool = False,
+    own_draws: bool = True,
 ) -> StepResult:
-    """Advance by one target decode. k=0 (or no drafter) is plain decoding on the same path."""
+    """Advance by one target decode. k=0 (or no drafter) is plain decoding on the same path;
+    with a drafter its pairs are still queued, so drafting can resume at any step. ranks: also
+    report where the emitted tokens ranked in the drafter's distributions. own_draws: accept
+    by the target's own position-keyed draws (greedy drafts); else, when sampling, by
+    rejection sampling of drafts drawn from the drafter."""
     t0 = perf_counter()
     drafts: list[int] = []
     qs: list[np.ndarray | None] = []
+    kept: list[np.ndarray] | None = [] if ranks else None
+    rejection = not (own_draws or sp.greedy)
     if drafter is not None and k > 0:
-        drafts, qs = draft_chain(drafter, st, k, sp, rng)
+        dsp = sp if rejection else GREEDY
+        drafts, qs = draft_chain(drafter, st, k, dsp, draws.rng, kept)
     t1 = perf_counter()
 
     logits = target.decode([st.last, *drafts], st.n, all_logits=True)
     t2 = perf_counter()
-    m, y = accept(logits, drafts, qs, sp, rng)
+    if rejection:
+        m, y = accept(logits, drafts, qs, sp, draws.rng)
+    else:
+        m, y = accept_own_draws(logits, drafts, sp, draws, st.n + 1)
     if m < len(drafts):
         target.truncate(st.n + m + 1)  # keep last, d1..dm at positions n..n+m
 
@@ -126,10 +209,17 @@ def speculative_step(
             drafter.truncate(st.n)  # positions >= n held draft states, not target features
             st.drafter_n = st.n
         # pairs for P = n..n+m: (token[P+1], g[P]) with token[n+1..n+m+1] = d1..dm, y
-        st.queue_tokens.extend([*drafts[:m], y])
-        st.queue_g.append(drafter.encode(taps))
+        st.queue(drafter, [*drafts[:m], y], taps)
     t4 = perf_counter()
 
+    emitted = [*drafts[:m], y]
+    res = StepResult(emitted, len(drafts), m, t2 - t1, (t1 - t0) + (t4 - t3))
+    if kept:
+        # rank = how many draft-vocabulary logits beat the emitted token's
+        res.ranks = [
+            (i, int(np.count_nonzero(kept[i] > kept[i][emitted[i]])))
+            for i in range(min(m + 1, len(kept)))
+        ]
     st.n += m + 1
     st.last = y
-    return StepResult([*drafts[:m], y], len(drafts), m, t2 - t1, (t1 - t0) + (t4 - t3))
+    return res

@@ -21,27 +21,54 @@ class Stats:
     t_draft: float = 0.0  # seconds in drafter encoder/decoder calls
     t_glue: float = 0.0  # the rest of the decoding loop (sampling, acceptance, bookkeeping)
     generations: int = 0
+    mode: str = ""  # "auto", "plain", "chain K" or "tree DxK/B" (the setting asked for)
+    shapes: dict[str, int] = field(default_factory=dict)  # steps per shape actually run
+    # auto: the cost model's expected tokens and seconds, summed over its steps
+    predicted_tokens: float = 0.0
+    predicted_seconds: float = 0.0
 
     # --- fed by the loop ---------------------------------------------------------------------
 
-    def record_step(self, n_drafted: int, n_accepted: int) -> None:
+    def record_step(
+        self, n_drafted: int, n_accepted: int, shape: str = "", depth: int | None = None
+    ) -> None:
+        """n_drafted: tokens verified besides the target's own (tree nodes); depth: positions
+        drafted (a tree's depth, a chain's length; n_drafted when not given)."""
         self.steps += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
-        grow = n_drafted - len(self.drafted_at)
+        if shape:
+            self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        depth = n_drafted if depth is None else depth
+        grow = depth - len(self.drafted_at)
         if grow > 0:
             self.drafted_at.extend([0] * grow)
             self.accepted_at.extend([0] * grow)
-        for i in range(n_drafted):
+        for i in range(depth):
             self.drafted_at[i] += 1
         for i in range(n_accepted):
             self.accepted_at[i] += 1
 
+    def record_prediction(self, tokens: float, seconds: float) -> None:
+        self.predicted_tokens += tokens
+        self.predicted_seconds += seconds
+
     def add(self, other: Stats) -> None:
         for name in ("prompt_tokens", "generated", "steps", "drafted", "accepted", "generations"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("t_prefill", "t_target", "t_draft", "t_glue"):
+        for name in (
+            "t_prefill",
+            "t_target",
+            "t_draft",
+            "t_glue",
+            "predicted_tokens",
+            "predicted_seconds",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for shape, n in other.shapes.items():
+            self.shapes[shape] = self.shapes.get(shape, 0) + n
+        if other.mode:
+            self.mode = other.mode if self.mode in ("", other.mode) else "mixed"
         for lst_name in ("drafted_at", "accepted_at"):
             mine, theirs = getattr(self, lst_name), getattr(other, lst_name)
             mine.extend([0] * (len(theirs) - len(mine)))
@@ -74,6 +101,23 @@ class Stats:
         return self.generated / self.t_decode if self.t_decode > 0 else 0.0
 
     @property
+    def predicted_tokens_per_s(self) -> float:
+        """The cost model's expected speed for the steps it chose (0 when it chose none)."""
+        return self.predicted_tokens / self.predicted_seconds if self.predicted_seconds else 0.0
+
+    @property
+    def main_shape(self) -> str:
+        """The shape run most often (ties: the first seen)."""
+        return max(self.shapes, key=self.shapes.__getitem__) if self.shapes else ""
+
+    def shape_summary(self, top: int = 3) -> str:
+        """The most used shapes with their share of steps, e.g. 'plain 96%, chain 1 4%'."""
+        if not self.steps:
+            return ""
+        items = sorted(self.shapes.items(), key=lambda kv: -kv[1])[:top]
+        return ", ".join(f"{s} {100 * n / self.steps:.0f}%" for s, n in items)
+
+    @property
     def glue_per_step_us(self) -> float:
         return 1e6 * self.t_glue / self.steps if self.steps else 0.0
 
@@ -92,11 +136,21 @@ class Stats:
             "t_target": self.t_target,
             "t_draft": self.t_draft,
             "t_glue": self.t_glue,
+            "mode": self.mode,
+            "shapes": dict(self.shapes),
+            "predicted_tokens_per_s": self.predicted_tokens_per_s,
         }
 
     def summary(self) -> str:
+        shape = f", {self.mode}: {self.shape_summary()}" if self.mode else ""
+        pred = (
+            f", model predicted {self.predicted_tokens_per_s:.1f} tok/s"
+            if self.predicted_seconds
+            else ""
+        )
         return (
-            f"{self.generated} tokens, {self.tokens_per_s:.1f} tok/s, tau {self.tau:.2f}, "
+            f"{self.generated} tokens, {self.tokens_per_s:.1f} tok/s{pred}{shape}, "
+            f"tau {self.tau:.2f}, "
             f"acceptance {100 * self.acceptance_rate:.0f}% ({self.accepted}/{self.drafted}), "
             f"time target/draft/glue {self.t_target:.2f}/{self.t_draft:.2f}/{self.t_glue:.2f} s"
         )

@@ -25,6 +25,7 @@ class Target:
         kv_type: str = "f16",
         flash_attn: bool | None = None,
         n_seq: int = 1,
+        tree_nodes: int = 0,
     ) -> None:
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -41,8 +42,9 @@ class Target:
                 n_threads=n_threads,
                 kv_type=kv_type,
                 flash_attn=flash_attn,
-                # parallel sequences get a KV stream each, so attention stays per sequence
-                n_seq_max=n_seq,
+                # parallel sequences get a KV stream each, so attention stays per sequence;
+                # a draft tree needs one unified stream and a sequence id per leaf
+                n_seq_max=max(n_seq, tree_nodes + 2 if tree_nodes else 1),
                 kv_unified=n_seq == 1,
             )
         except BaseException:
@@ -56,6 +58,7 @@ class Target:
         self.taps: tuple[int, ...] = ()
         self._taps_active = False
         self._batch = N.Batch(n_batch)
+        self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
         self._fingerprint: str | None = None
 
     # --- taps --------------------------------------------------------------------------------
@@ -111,6 +114,19 @@ class Target:
         n_out = n if all_logits else 1
         ptr = N.C.llama_get_logits(self.ctx.ptr)
         return N.float_rows(ptr, n_out, self.n_vocab)
+
+    def decode_tree(self, tokens: list[int], pos: np.ndarray, seqs: list[list[int]]) -> np.ndarray:
+        """Decode a draft tree (row i at pos[i] in the sequences seqs[i]); logits of every row."""
+        b = self._tree_batch
+        n = len(tokens)
+        if b is None or n > b.capacity:
+            raise ValueError(f"tree of {n} rows exceeds this target's tree capacity")
+        if int(pos.max()) >= self.n_ctx:
+            raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
+        b.token[:n] = tokens
+        b.set_tree(pos, seqs)
+        self.ctx.decode(b, "target tree batch")
+        return N.float_rows(N.C.llama_get_logits(self.ctx.ptr), n, self.n_vocab)
 
     def truncate(self, n_keep: int) -> None:
         """Forget KV positions >= n_keep."""

@@ -10,6 +10,7 @@ import pytest
 
 from localspec import bench, load
 from localspec.cli import main
+from localspec.tree import TreeShape
 
 import tinymodels as tm
 from conftest import EXACT
@@ -27,17 +28,23 @@ def test_run_set_measures_every_setting_on_every_prompt(agree, prompts):
     ps = bench.load_prompt_set(prompts, None)
     assert [len(p.turns) for p in ps] == [1, 2, 1]
     with load(agree[0], draft=agree[1], **EXACT) as eng:
-        res = bench.run_set(eng, "mine", ps, [1, 3], max_tokens=24)
-    assert [s.k for s in res.settings] == [0, 1, 3]
+        settings = bench.settings_for([1, 3], [TreeShape(3, 2, 5)], auto=True)
+        res = bench.run_set(eng, "mine", ps, settings, max_tokens=24)
+    assert [s.label for s in res.settings] == ["plain", "auto", "k=1", "k=3", "tree 3x2/5"]
+    assert [s.k for s in res.settings] == [0, None, 1, 3, None]
     for s in res.settings:
         assert len(s.prompt_tps) == 3 and s.stats.generated > 0 and s.mismatches == 0
-    plain, k3 = res.settings[0], res.settings[2]
+    plain, auto, k3, tree = res.settings[0], res.settings[1], res.settings[3], res.settings[4]
     assert plain.stats.drafted == 0 and plain.stats.generated == k3.stats.generated
     assert k3.stats.tau > 2.0  # the agreeing pair: most drafts are accepted
+    assert tree.stats.tau > 2.0 and tree.stats.shapes.get("tree 3x2/5", 0) > 0
+    assert sum(auto.stats.shapes.values()) == auto.stats.steps
     table = bench.format_table(res, 24, 0.0)
-    assert "plain" in table and "best here" in table
+    assert "plain" in table and "best fixed setting" in table and "auto:" in table
+    assert "tree 3x2/5" in table
     d = k3.as_dict(plain)
     assert d["speedup"] > 0 and len(d["acceptance_at"]) == 3
+    assert auto.as_dict(plain)["shapes"] == auto.stats.shapes
 
 
 def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
@@ -52,6 +59,8 @@ def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
             prompts,
             "--k",
             "2,1",
+            "--tree",
+            "2,2,4",
             "-n",
             "16",
             "--out",
@@ -67,9 +76,10 @@ def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
     assert "verify cost t(n)/t(1)" in io.out and "tau" in io.out
     data = json.loads(Path(out + ".json").read_text())
     s = data["sets"]["prompts.jsonl"]
-    assert [x["k"] for x in s["settings"]] == [0, 1, 2]
-    assert s["settings"][2]["tau"] > 1.5 and s["prompts"] == 3
-    assert set(data["verify_curve_s"]) == {"1", "2", "3"}
+    assert [x["setting"] for x in s["settings"]] == ["plain", "auto", "k=1", "k=2", "tree 2x2/4"]
+    assert s["settings"][3]["tau"] > 1.5 and s["prompts"] == 3
+    assert s["best_fixed"] in {"plain", "k=1", "k=2", "tree 2x2/4"}
+    assert set(data["verify_curve_s"]) == {"1", "2", "3", "5"}
     assert Path(out + ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -78,6 +88,8 @@ def test_bench_bad_input_is_one_line(models, prompts, tmp_path, capsys):
     for extra, msg in (
         (["--prompts", prompts, "--k", "0"], "--k wants draft lengths"),
         (["--prompts", prompts, "--k", "two"], "--k wants draft lengths"),
+        (["--prompts", prompts, "--tree", "2,2"], "DEPTH,TOP_K,BUDGET"),
+        (["--prompts", prompts, "--k", "", "--no-auto"], "nothing to compare"),
         (["--prompts", "nosuchset"], "unknown prompt set"),
         (["--prompts", prompts, "--limit", "0"], "--limit must be >= 1"),
     ):

@@ -51,11 +51,14 @@ def exact_distribution(eng, prompt: list[int]) -> dict[tuple[int, ...], float]:
     return out
 
 
-def chi2_of_samples(eng, prompt: list[int], expected: dict) -> tuple[float, int, float]:
+def chi2_of_samples(
+    eng, prompt: list[int], expected: dict, **gen: object
+) -> tuple[float, int, float]:
     counts: dict[tuple[int, ...], int] = {}
     accepted = 0
+    gen = gen or {"n_draft": 2}
     for seed in range(N_SAMPLES):
-        c = eng.complete(prompt, max_tokens=LEN, n_draft=2, seed=seed, **SP)
+        c = eng.complete(prompt, max_tokens=LEN, seed=seed, **SP, **gen)
         key = (*c.tokens, -1) if c.finish_reason == "eos" else tuple(c.tokens)
         counts[key] = counts.get(key, 0) + 1
         accepted += c.stats.accepted
@@ -98,6 +101,41 @@ def test_speculative_sampling_matches_target_distribution(noisy_pair) -> None:
     assert stat < chi2_critical(df), (stat, df)
 
 
+def test_tree_sampling_matches_target_distribution(noisy_pair) -> None:
+    """Multi-candidate acceptance over a draft tree (top-k children per node) is lossless too."""
+    target, draft = noisy_pair
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt)
+        stat, df, acc = chi2_of_samples(eng, prompt, expected, tree=(2, 2, 4))
+    # drafts were accepted (often at a second-choice child) and rejected
+    assert 0.2 < acc / 2 < 0.95, acc
+    assert df >= 5
+    assert stat < chi2_critical(df), (stat, df)
+
+
+def test_the_check_catches_a_biased_tree_walk(noisy_pair, monkeypatch) -> None:
+    """Negative control: descending into the first child whatever the target draws is not
+    lossless, and the test says so."""
+    from localspec import tree as tree_mod
+
+    walk = tree_mod._walk
+
+    def biased(tree, logits, sp, draws, pos):
+        out = walk(tree, logits, sp, draws, pos)
+        if not out.path and tree.tokens:  # rejected at the root: take the first child anyway
+            out.path, out.y = [0], out.y
+        return out
+
+    target, draft = noisy_pair
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt)
+        monkeypatch.setattr(tree_mod, "_walk", biased)
+        stat, df, _ = chi2_of_samples(eng, prompt, expected, tree=(2, 2, 4))
+    assert stat > chi2_critical(df), (stat, df)
+
+
 def test_the_check_catches_a_biased_sampler(noisy_pair, monkeypatch) -> None:
     """Negative control: accepting every draft is not lossless, and the test says so."""
     target, draft = noisy_pair
@@ -136,3 +174,18 @@ def test_probs_filters() -> None:
         1,
         2,
     ]
+
+
+def test_a_seed_gives_plains_text_in_auto_and_tree_modes(noisy_pair) -> None:
+    """Tokens are drawn with position-keyed uniforms: auto and trees reproduce plain sampling's
+    text for the same seed exactly (whatever steps the cost model scheduled)."""
+    target, draft = noisy_pair
+    kw = {"max_tokens": 60, "temperature": 1.5, "top_p": 0.95}
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        for seed in range(5):
+            plain = eng.complete("abc", n_draft=0, seed=seed, **kw)
+            assert eng.complete("abc", seed=seed, **kw).tokens == plain.tokens
+            tree = eng.complete("abc", tree=(3, 2, 5), seed=seed, **kw)
+            assert tree.tokens == plain.tokens and tree.stats.accepted > 0
+        other = eng.complete("abc", n_draft=0, seed=99, **kw)
+    assert other.tokens != plain.tokens

@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 from localspec.engine import MAX_DRAFT
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams
+from localspec.tree import TreeShape
 
 from .screens.chat import ChatScreen
 from .screens.conversations import ConversationsScreen
@@ -35,7 +36,8 @@ from .widgets.stats_panel import StatsPanel
 class ChatOptions:
     target: str | None = None
     draft: str | Literal[False] | None = None  # None: find one; False: none
-    n_draft: int = 4
+    n_draft: int | str = "auto"  # "auto": the cost model picks plain, a chain or a tree
+    tree: TreeShape | None = None  # a fixed draft tree instead
     n_gpu_layers: int = 0
     n_threads: int | None = None
     n_ctx: int = 4096
@@ -52,7 +54,11 @@ def default_engine_factory(o: ChatOptions) -> Any:
     from localspec.engine import load
 
     kw: dict[str, Any] = dict(
-        n_draft=o.n_draft, n_gpu_layers=o.n_gpu_layers, n_threads=o.n_threads, n_ctx=o.n_ctx
+        n_draft=o.n_draft,
+        tree=o.tree,
+        n_gpu_layers=o.n_gpu_layers,
+        n_threads=o.n_threads,
+        n_ctx=o.n_ctx,
     )
     kw.update(o.engine_kwargs)  # engine options beyond the common ones (tests: exact numerics)
     return load(o.target, draft=o.draft, **kw)
@@ -119,7 +125,8 @@ class LocalspecApp(App[None]):
         self.engine_factory = engine_factory
         self.store = store or ChatStore()
         self.engine: Any = None
-        self.k = options.n_draft
+        self.k: int | str = options.n_draft  # "auto" or a fixed chain length
+        self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
         self.temperature = options.temperature
         self.system = options.system
         self.speculation = options.draft is not False
@@ -170,7 +177,7 @@ class LocalspecApp(App[None]):
         self.chat.set_status(f"{os.path.basename(self.engine.target_path)}  |  {note}")
         self.sub_title = "speculation on" if self.speculation else "speculation off"
         prompt.disabled = False
-        prompt.placeholder = "Message (F1: help, /k N, /temp T, /system ...)"
+        prompt.placeholder = "Message (F1: help, /k auto|N, /tree D,K,B, /temp T, /system ...)"
         prompt.focus()
         self._show_idle_stats()
 
@@ -215,11 +222,14 @@ class LocalspecApp(App[None]):
         arg = arg.strip()
         try:
             if cmd == "/k":
-                k = int(arg)
-                if not 0 <= k <= MAX_DRAFT:
+                k: int | str = "auto" if arg == "auto" else int(arg)
+                if k != "auto" and not 0 <= int(k) <= MAX_DRAFT:
                     raise ValueError
-                self.k = k
-                self.notify(f"draft length k = {k}")
+                self.k, self.draft_tree = k, None
+                self.notify("draft: auto (cost model)" if k == "auto" else f"draft: chain k = {k}")
+            elif cmd == "/tree":
+                self.draft_tree = TreeShape.parse(arg)
+                self.notify(f"draft: fixed {self.draft_tree}")
             elif cmd == "/temp":
                 t = float(arg)
                 SamplingParams(t, self.options.top_k, self.options.top_p)  # the engine's rule
@@ -242,8 +252,9 @@ class LocalspecApp(App[None]):
                     f"unknown or incomplete command: {line} (F1 lists them)", severity="warning"
                 )
             self._show_idle_stats()
-        except ValueError:
-            self.notify(f"bad value for {cmd}: {arg!r}", severity="error")
+        except (ValueError, LocalspecError) as exc:
+            why = f" ({exc})" if isinstance(exc, LocalspecError) else ""
+            self.notify(f"bad value for {cmd}: {arg!r}{why}", severity="error")
 
     def export_conversation(self, conversation_id: int, path: str = "") -> str:
         path = path or f"localspec-conversation-{conversation_id}.md"
@@ -257,7 +268,7 @@ class LocalspecApp(App[None]):
     # --- generation (thread worker) ----------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, messages: list[dict[str, str]], k: int) -> None:
+    def generate(self, messages: list[dict[str, str]], k: int | str) -> None:
         worker = get_current_worker()
         eng = self.engine
         reason, stopped = "length", False
@@ -266,6 +277,7 @@ class LocalspecApp(App[None]):
                 messages,
                 max_tokens=self.options.max_tokens,
                 n_draft=k,
+                tree=self.draft_tree if k != 0 else None,
                 temperature=self.temperature,
                 top_k=self.options.top_k,
                 top_p=self.options.top_p,
@@ -287,10 +299,19 @@ class LocalspecApp(App[None]):
             return
         self.post_message(ReplyDone(self._snapshot(k), reason, stopped))
 
-    def _snapshot(self, k: int) -> dict[str, Any]:
-        snap = self.engine.last_stats.as_dict()
+    def _mode(self, k: int | str) -> str:
+        if k == 0:
+            return "plain decoding"
+        if self.draft_tree is not None:
+            return f"fixed {self.draft_tree}"
+        return "auto (cost model)" if k == "auto" else f"fixed chain k={k}"
+
+    def _snapshot(self, k: int | str) -> dict[str, Any]:
+        stats = self.engine.last_stats
+        snap = stats.as_dict()
         snap["k"] = k
-        snap["mode"] = f"speculation k={k}" if k else "plain decoding"
+        snap["mode"] = self._mode(k)
+        snap["shape"] = stats.shape_summary()
         snap["drafter"] = os.path.basename(self.engine.draft_path or "") or "none"
         if k and self.last_plain_tps:
             snap["speedup"] = snap["tokens_per_s"] / self.last_plain_tps
@@ -412,7 +433,7 @@ class LocalspecApp(App[None]):
         snap = dict(panel.snapshot) if panel.snapshot else {}
         snap.update(
             k=k,
-            mode=f"speculation k={k}" if k else "plain decoding",
+            mode=self._mode(k),
             drafter=os.path.basename(self.engine.draft_path or "") or "none",
         )
         panel.show(snap)

@@ -10,7 +10,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 COMMANDS = [
-    ("/k N", "draft length per step (0 turns speculation off)"),
+    ("/k auto", "let the cost model pick plain, a chain or a tree each step (default)"),
+    ("/k N", "fixed draft chain of N tokens per step (0 turns speculation off)"),
+    ("/tree D,K,B", "fixed draft tree: depth, top-k per node, node budget"),
     ("/temp T", "sampling temperature (0 = greedy)"),
     ("/system TEXT", "system prompt for this conversation (empty: none)"),
     ("/rename TITLE", "rename this conversation"),

@@ -36,7 +36,11 @@ class StatsPanel(Static):
         t.add_row("mode", Text(mode, style="bold"))
         t.add_row("drafter", Text(s.get("drafter", "none"), overflow="ellipsis"))
         t.add_row("k", str(s.get("k", "-")))
+        if s.get("shape"):
+            t.add_row("shapes", Text(s["shape"], overflow="fold"))
         t.add_row("tokens/s", f"{s.get('tokens_per_s', 0.0):.1f}")
+        if s.get("predicted_tokens_per_s"):
+            t.add_row("predicted", f"{s['predicted_tokens_per_s']:.1f} (cost model)")
         t.add_row("tau", f"{s.get('tau', 0.0):.2f}")
         t.add_row("accepted", f"{s.get('accepted', 0)} / {s.get('drafted', 0)} drafted")
         rate = s.get("acceptance_rate", 0.0)

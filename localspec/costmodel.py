@@ -1,0 +1,380 @@
+"""The cost model behind ``n_draft="auto"``: choose, for every step, the draft shape (nothing, a
+chain, or a tree) that maximises expected tokens per second on this machine.
+
+Expected tokens per step come from acceptance statistics: for each draft depth d, the
+distribution of the rank that the target's emitted token had among the drafter's candidates
+there (rank 0: the drafter's top choice). A chain of k accepts position d when the rank there is
+0; a tree whose nodes have top-k children covers ranks < k. The expected accepted length of a
+shape is the sum over its nodes of the probability that the path to the node is accepted (the
+same expected tree EAGLE-2 and Sequoia reason with, here from measured ranks). Counts fade with a
+half-life in generated tokens, so the model follows a change of topic, and a prior keeps early
+estimates sane.
+
+Expected time per step: the target's verify cost for the batch size (calibrated at load by timing
+real decodes, refined on every step), the drafter's cost per depth and frontier width, and the
+per-step bookkeeping, all measured.
+
+When no drafting pays under the mean estimates, an optimistic estimate of first-position
+acceptance (an upper confidence bound that widens as the counts fade) decides whether to probe
+with a short chain now and then, so speculation comes back if the text turns predictable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+
+from .tree import MAX_TREE_NODES, TreeShape
+
+N_RANKS = 8  # rank buckets 0..7; bucket 8 is "not among the drafter's top 8"
+MAX_DEPTH = 10  # deepest draft auto considers
+TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
+HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
+PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
+UCB_Z = 1.5  # optimism of the exploration bound
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
+CALIBRATION_BUDGET_S = 0.6  # stop timing larger batches once this much time was spent
+# prior rank distribution at the first draft position (then each depth borrows the one above)
+_PRIOR0 = np.array([0.5, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01, 0.26])
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: TreeShape | None  # None: no drafting this step
+    tokens: float  # expected tokens emitted by the step
+    seconds: float  # expected time of the step
+    explore: bool = False  # chosen by the optimistic bound, not the mean
+
+    @property
+    def label(self) -> str:
+        return "plain" if self.shape is None else str(self.shape)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Ema:
+    """An exponential moving average that ignores single outliers (clipped to 3x either way)."""
+
+    def __init__(self, value: float, alpha: float) -> None:
+        self.value = value
+        self.alpha = alpha
+
+    def update(self, x: float) -> None:
+        x = min(max(x, self.value / 3), self.value * 3) if self.value > 0 else x
+        self.value += self.alpha * (x - self.value)
+
+
+class VerifyCurve:
+    """t(n), seconds for one target decode of n tokens with logits on every row, modelled as a
+    base t(1) that follows the context's growth quickly and a shape t(n)/t(1) refined slowly."""
+
+    def __init__(self, times: dict[int, float]) -> None:
+        base = times[1]
+        self.base = _Ema(base, 0.2)
+        self.ratio = {n: _Ema(t / base, 0.05) for n, t in times.items()}
+        self.ratio[1] = _Ema(1.0, 0.0)
+        self._sizes = sorted(self.ratio)
+
+    def __call__(self, n: int) -> float:
+        return self.base.value * self._ratio(n)
+
+    def _ratio(self, n: int) -> float:
+        r = self.ratio.get(n)
+        if r is not None:
+            return r.value
+        s = self._sizes
+        if n > s[-1]:  # extrapolate along the last measured slope
+            if len(s) == 1:
+                return float(n)
+            a, b = s[-2], s[-1]
+            slope = (self.ratio[b].value - self.ratio[a].value) / (b - a)
+            return self.ratio[b].value + max(slope, 0.0) * (n - b)
+        i = int(np.searchsorted(s, n))
+        a, b = s[i - 1], s[i]
+        w = (n - a) / (b - a)
+        return (1 - w) * self.ratio[a].value + w * self.ratio[b].value
+
+    def observe(self, n: int, seconds: float) -> None:
+        self.base.update(seconds / self._ratio(n))
+        if n != 1:
+            if n not in self.ratio:
+                self.ratio[n] = _Ema(self._ratio(n), 0.05)
+                self._sizes = sorted(self.ratio)
+            self.ratio[n].update(seconds / self.base.value)
+
+
+class Acceptance:
+    """Per draft depth, decayed counts of the emitted token's rank among the drafter's picks."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros((MAX_DEPTH, N_RANKS + 1))
+        self._pending_tokens = 0.0
+        self.version = 0  # bumped on every observation
+
+    def observe(self, depth: int, rank: int) -> None:
+        if depth < MAX_DEPTH:
+            self.counts[depth, min(rank, N_RANKS)] += 1.0
+            self.version += 1
+
+    def advance(self, tokens: int) -> None:
+        """Fade the evidence by the tokens generated since the last call."""
+        self._pending_tokens += tokens
+        if self._pending_tokens >= 16:
+            self.counts *= 0.5 ** (self._pending_tokens / HALF_LIFE)
+            self._pending_tokens = 0.0
+
+    def probabilities(self, first_rank0: float | None = None) -> np.ndarray:
+        """[MAX_DEPTH, N_RANKS + 1] rank distributions (each depth shrunk towards the one
+        above); first_rank0 overrides P(rank 0) at depth 0 (for the optimistic bound)."""
+        out = np.empty_like(self.counts)
+        prior = _PRIOR0
+        for d in range(MAX_DEPTH):
+            c = self.counts[d]
+            p = (c + PRIOR_WEIGHT * prior) / (c.sum() + PRIOR_WEIGHT)
+            if d == 0 and first_rank0 is not None:
+                rest = p[1:] * (1 - first_rank0) / max(p[1:].sum(), 1e-12)
+                p = np.concatenate([[first_rank0], rest])
+            out[d] = p
+            prior = p
+        return out
+
+    def first_rank0_bound(self) -> float:
+        c = self.counts[0]
+        n = c.sum() + PRIOR_WEIGHT
+        mean = (c[0] + PRIOR_WEIGHT * _PRIOR0[0]) / n
+        return min(1.0, mean + UCB_Z * math.sqrt(mean * (1 - mean) / n))
+
+    def mean_accepted_at(self) -> list[float]:
+        """P(rank 0) per depth: a chain's conditional acceptance by position (for reports)."""
+        return [float(x) for x in self.probabilities()[:, 0]]
+
+
+def expected_lengths(p: np.ndarray, top_k: int, max_depth: int) -> list[np.ndarray]:
+    """For each depth D <= max_depth, the best-first node values of the expected tree drafted
+    D deep with frontier width top_k: value = probability the path to the node is accepted.
+    Their prefix sums are the expected accepted lengths for each node budget."""
+    # A tree keeps children in the drafter's own rank order, so a rank-j child never counts for
+    # more than its better-ranked siblings (cumulative minimum; a no-op on sane statistics).
+    p = np.minimum.accumulate(p[:, :N_RANKS], axis=1)
+    frontier = np.ones(1)
+    values: list[np.ndarray] = []
+    depths: list[np.ndarray] = []
+    for d in range(max_depth):
+        children = (frontier[:, None] * p[d, None, :top_k]).ravel()
+        values.append(children)
+        depths.append(np.full(children.size, d + 1))
+        frontier = np.sort(children)[::-1][:top_k]
+    v, dd = np.concatenate(values), np.concatenate(depths)
+    order = np.argsort(-v, kind="stable")
+    v, dd = v[order], dd[order]
+    return [v[dd <= depth] for depth in range(1, max_depth + 1)]
+
+
+class CostModel:
+    """Measured costs and acceptance; ``plan`` picks the next step's shape."""
+
+    def __init__(
+        self,
+        verify: VerifyCurve,
+        draft_depth: dict[int, float],
+        flush: float,
+        *,
+        max_nodes: int = MAX_TREE_NODES,
+    ) -> None:
+        self.verify = verify
+        self.expand = {k: _Ema(t, 0.1) for k, t in draft_depth.items()}  # per frontier width
+        self.flush = _Ema(flush, 0.1)  # writing the queued pairs, first draft distribution
+        self.glue = {
+            "plain": _Ema(30e-6, 0.1),
+            "chain": _Ema(80e-6, 0.1),
+            "tree": _Ema(300e-6, 0.1),
+        }
+        self.acceptance = Acceptance()
+        self.max_nodes = max_nodes
+        self._plan: Plan | None = None
+        self._plan_version = -1
+        self._steps_since_plan = 0
+
+    # --- prediction --------------------------------------------------------------------------
+
+    def step_time(self, shape: TreeShape | None) -> float:
+        if shape is None:
+            return self.verify(1) + self.glue["plain"].value
+        k = shape.top_k
+        expand = self.expand.get(k) or self.expand[max(self.expand)]
+        mode = "chain" if shape.is_chain else "tree"
+        nodes = min(shape.budget, shape.depth) if shape.is_chain else shape.budget
+        return (
+            self.verify(1 + nodes)
+            + self.flush.value
+            + (shape.depth - 1) * expand.value
+            + self.glue[mode].value
+        )
+
+    def predict(self, shape: TreeShape | None, p: np.ndarray | None = None) -> Plan:
+        """Expected tokens and seconds of one step with this shape (no search)."""
+        if shape is None:
+            return Plan(None, 1.0, self.step_time(None))
+        p = self.acceptance.probabilities() if p is None else p
+        depth = min(shape.depth, MAX_DEPTH)
+        vals = expected_lengths(p, shape.top_k, depth)[depth - 1]
+        nodes = shape.depth if shape.is_chain else shape.budget
+        return Plan(shape, 1.0 + float(vals[:nodes].sum()), self.step_time(shape))
+
+    def _search(self, p: np.ndarray, budget: int, top_ks: tuple[int, ...]) -> Plan:
+        best = Plan(None, 1.0, self.step_time(None))
+        max_depth = min(MAX_DEPTH, budget)
+        verify = np.array([self.verify(n) for n in range(self.max_nodes + 2)])
+        for k in top_ks:
+            if k not in self.expand:  # widths the engine cannot draft were not calibrated
+                continue
+            for depth, vals in enumerate(expected_lengths(p, k, max_depth), start=1):
+                cum = 1.0 + np.cumsum(vals[: self.max_nodes])
+                if k == 1:  # a chain verifies every drafted position
+                    nodes = np.array([depth])
+                    gain = cum[depth - 1 : depth]
+                else:  # a tree at least as deep as it is drafted
+                    nodes = np.arange(depth, cum.size + 1)
+                    gain = cum[depth - 1 :]
+                if nodes.size == 0:
+                    continue
+                fixed = self.flush.value + (depth - 1) * self.expand[k].value
+                fixed += self.glue["chain" if k == 1 else "tree"].value
+                times = verify[1 + nodes] + fixed
+                i = int(np.argmax(gain / times))
+                if gain[i] / times[i] > best.tokens_per_s:
+                    shape = TreeShape(depth, k, int(nodes[i]))
+                    best = Plan(shape, float(gain[i]), float(times[i]))
+        return best
+
+    def plan(self, budget: int) -> Plan:
+        """The shape for the next step; budget caps the draft depth (tokens or context left).
+        The search is repeated when new evidence arrived (at most every 4 steps once there is
+        plenty) or every 64 steps; in between the last plan is reused."""
+        self._steps_since_plan += 1
+        # while evidence is thin every new observation counts: replan at once
+        every = 1 if self.acceptance.counts[0].sum() < 32 else 4
+        stale = self.acceptance.version != self._plan_version and self._steps_since_plan >= every
+        if self._plan is None or stale or self._steps_since_plan >= 64:
+            self._replan()
+        plan = self._plan
+        assert plan is not None
+        if plan.shape is not None and plan.shape.depth > budget:
+            return self.predict(None) if budget < 1 else self.predict(plan.shape.clipped(budget))
+        if plan.explore:
+            self._plan = None  # a probe is one step; decide again afterwards
+        return plan
+
+    def _replan(self) -> None:
+        self._steps_since_plan = 0
+        self._plan_version = self.acceptance.version
+        budget = MAX_DEPTH
+        p = self.acceptance.probabilities()
+        plan = self._search(p, budget, TOP_KS)
+        if plan.shape is None:
+            # nothing pays on current estimates: probe with a chain if an optimistic first-
+            # position acceptance says it might
+            bound = self.acceptance.first_rank0_bound()
+            hopeful = self._search(self.acceptance.probabilities(bound), budget, (1,))
+            if hopeful.shape is not None:
+                plan = Plan(hopeful.shape, hopeful.tokens, hopeful.seconds, explore=True)
+        self._plan = plan
+
+    # --- learning ----------------------------------------------------------------------------
+
+    def observe(
+        self,
+        shape: TreeShape | None,
+        *,
+        verify_rows: int,
+        t_verify: float,
+        t_flush: float,
+        t_draft: float,
+        t_glue: float,
+        ranks: list[tuple[int, int]],
+        emitted: int,
+    ) -> None:
+        self.verify.observe(verify_rows, t_verify)
+        if shape is None:
+            self.glue["plain"].update(t_glue + t_draft)  # plain steps' drafter work: queueing
+        else:
+            self.flush.update(t_flush)
+            if shape.depth > 1:
+                per = max(t_draft - t_flush, 0.0) / (shape.depth - 1)
+                self.expand.setdefault(shape.top_k, _Ema(per, 0.1)).update(per)
+            self.glue["chain" if shape.is_chain else "tree"].update(t_glue)
+        for depth, rank in ranks:
+            self.acceptance.observe(depth, rank)
+        self.acceptance.advance(emitted)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the model currently believes (for reports and the TUI)."""
+        sizes = [1, 2, 4, 8, 16, 32]
+        return {
+            "verify_ms": {n: 1e3 * self.verify(n) for n in sizes},
+            "draft_depth_ms": {k: 1e3 * e.value for k, e in sorted(self.expand.items())},
+            "flush_ms": 1e3 * self.flush.value,
+            "accept_at": self.acceptance.mean_accepted_at()[:6],
+        }
+
+
+# --- calibration at load -----------------------------------------------------------------------
+
+
+def _median_time(fn: Any, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = perf_counter()
+        fn()
+        ts.append(perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def calibrate(
+    target: Any, drafter: Any, *, max_rows: int, top_ks: tuple[int, ...] = TOP_KS
+) -> CostModel:
+    """Time real target decodes of growing batch sizes (until a time budget is spent) and the
+    drafter's decodes per frontier width; the caches are cleared afterwards."""
+    tok = [int(t) % target.n_vocab for t in range(1000, 1000 + max_rows)]
+    times: dict[int, float] = {}
+    spent = perf_counter()
+    target.ctx.clear()
+    target.decode(tok[:8], 0, all_logits=True)  # warm up (first decodes allocate)
+    for n in CALIBRATION_SIZES:
+        if n > max_rows:
+            break
+
+        def run(n: int = n) -> None:
+            target.truncate(8)
+            target.decode(tok[:n], 8, all_logits=True)
+
+        times[n] = _median_time(run, 3)
+        if perf_counter() - spent > CALIBRATION_BUDGET_S:
+            break
+    target.ctx.clear()
+
+    expand: dict[int, float] = {}
+    taps = np.zeros((2, drafter.tap_width), dtype=np.float32)
+    g = drafter.encode(taps)
+    drafter.clear()
+    t0 = perf_counter()
+    drafter.encode(taps)
+    drafter.decode(tok[:2], g, 0)
+    flush = perf_counter() - t0
+    for k in top_ks:
+        embd = np.zeros((k, drafter.n_embd), dtype=np.float32)
+        expand[k] = _median_time(lambda k=k, embd=embd: _decode_width(drafter, tok, embd, k), 3)
+    drafter.clear()
+    return CostModel(VerifyCurve(times), expand, flush, max_nodes=max(1, max_rows - 1))
+
+
+def _decode_width(drafter: Any, tok: list[int], embd: np.ndarray, k: int) -> None:
+    """One frontier-sized drafter decode (k rows at consecutive positions of sequence 0)."""
+    drafter.truncate(2)
+    drafter.decode(tok[:k], embd, 2)

@@ -1,0 +1,139 @@
+"""The cost model behind n_draft="auto": what it picks for given costs and acceptance, and what
+the engine does when verification is made artificially expensive or cheap."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+import localspec
+from localspec import costmodel as cm
+from localspec.target import Target
+
+from conftest import EXACT
+
+# measured on the project's 2-core CPU: SmolLM2 Q4_1, one decode of n tokens, t(n)/t(1)
+CPU_RATIO = {1: 1.0, 2: 1.64, 3: 2.23, 4: 2.89, 5: 3.63, 6: 3.18, 8: 4.0, 12: 6.7, 16: 8.5}
+
+
+def model(times: dict[int, float], expand: float = 0.2e-3) -> cm.CostModel:
+    widths = {k: expand * (1 + 0.1 * k) for k in cm.TOP_KS}
+    return cm.CostModel(cm.VerifyCurve(times), widths, flush=0.3e-3)
+
+
+def feed(m: cm.CostModel, rank_probs: list[float], n: int = 400, seed: int = 0) -> None:
+    """n observations per depth with the given rank distribution (last entry: miss)."""
+    rng = np.random.default_rng(seed)
+    p = np.array(rank_probs) / sum(rank_probs)
+    for _ in range(n):
+        for d in range(cm.MAX_DEPTH):
+            m.acceptance.observe(d, int(rng.choice(len(p), p=p)))
+
+
+def test_expensive_verification_picks_plain_decoding() -> None:
+    m = model({n: 12e-3 * r for n, r in CPU_RATIO.items()})
+    feed(m, [0.3, 0.1, 0.05, 0.55])  # the shipped drafter's first-position agreement
+    plan = m.plan(budget=100)
+    assert plan.shape is None and not plan.explore
+    # even a perfect drafter cannot pay when n tokens cost more than n single decodes
+    m2 = model({n: 12e-3 * n * 1.3 for n in (1, 2, 4, 8, 16, 32, 64)})
+    feed(m2, [1.0, 0, 0, 0])
+    assert m2.plan(budget=100).shape is None
+
+
+def test_flat_verification_and_an_agreeing_drafter_pick_a_long_chain() -> None:
+    m = model({n: 10e-3 * (1 + 0.01 * n) for n in (1, 2, 4, 8, 16, 32, 64)})
+    feed(m, [0.97, 0.01, 0.0, 0.02])
+    plan = m.plan(budget=100)
+    assert plan.shape is not None and plan.shape.depth >= 8, plan
+    assert plan.tokens > 6  # expected tokens per step
+
+
+def test_flat_verification_and_an_unsure_drafter_grow_a_tree() -> None:
+    m = model({n: 10e-3 * (1 + 0.005 * n) for n in (1, 2, 4, 8, 16, 32, 64)})
+    feed(m, [0.45, 0.2, 0.1, 0.05, 0.2])  # right answer often 2nd or 3rd choice
+    plan = m.plan(budget=100)
+    assert plan.shape is not None and plan.shape.top_k > 1 and plan.shape.budget > 8, plan
+
+
+def test_budget_caps_the_depth() -> None:
+    m = model({n: 10e-3 for n in (1, 2, 4, 8, 16, 32, 64)})
+    feed(m, [0.97, 0.01, 0.0, 0.02])
+    assert m.plan(budget=3).shape.depth <= 3
+    assert m.plan(budget=0).shape is None
+
+
+def test_without_evidence_it_probes_then_stops_then_probes_again() -> None:
+    m = model({n: 12e-3 * r for n, r in CPU_RATIO.items()})
+    first = m.plan(budget=100)
+    assert first.shape is not None and first.explore and first.shape.is_chain
+    for _ in range(12):  # the probes all fail
+        m.acceptance.observe(0, cm.N_RANKS)
+    m._plan = None
+    assert m.plan(budget=100).shape is None
+    m.acceptance.advance(20 * int(cm.HALF_LIFE))  # the evidence fades with generated tokens
+    m._plan = None
+    assert m.plan(budget=100).explore
+
+
+def test_verify_curve_interpolates_extrapolates_and_follows_measurements() -> None:
+    c = cm.VerifyCurve({1: 1.0, 2: 2.0, 4: 3.0})
+    assert c(3) == pytest.approx(2.5)
+    assert c(8) == pytest.approx(5.0)  # last slope (0.5 per token) carried on
+    for _ in range(200):  # the context grew: everything costs twice as much
+        c.observe(1, 2.0)
+        c.observe(4, 6.0)
+    assert c(1) == pytest.approx(2.0, rel=0.02)
+    assert c(4) == pytest.approx(6.0, rel=0.05)
+    assert c(2) == pytest.approx(4.0, rel=0.05)  # never measured again: scaled with t(1)
+
+
+def _slow_target(monkeypatch, cost) -> None:
+    """Make every target decode of n rows take at least cost(n) seconds."""
+    decode, decode_tree = Target.decode, Target.decode_tree
+
+    def slow(self, tokens, pos0, *, all_logits):
+        t0 = time.perf_counter()
+        out = decode(self, tokens, pos0, all_logits=all_logits)
+        time.sleep(max(0.0, cost(len(tokens)) - (time.perf_counter() - t0)))
+        return out
+
+    def slow_tree(self, tokens, pos, seqs):
+        t0 = time.perf_counter()
+        out = decode_tree(self, tokens, pos, seqs)
+        time.sleep(max(0.0, cost(len(tokens)) - (time.perf_counter() - t0)))
+        return out
+
+    monkeypatch.setattr(Target, "decode", slow)
+    monkeypatch.setattr(Target, "decode_tree", slow_tree)
+
+
+def test_engine_turns_speculation_off_when_verification_is_expensive(agree, monkeypatch) -> None:
+    _slow_target(monkeypatch, lambda n: 3e-3 * n + 3e-3 * (n - 1))
+    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+        plain = eng.complete("abcdefgh", max_tokens=120, n_draft=0)
+        auto = eng.complete("abcdefgh", max_tokens=120)
+    assert auto.tokens == plain.tokens
+    st = auto.stats
+    assert st.shapes.get("plain", 0) >= 0.9 * st.steps, st.shapes
+
+
+def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
+    agree, monkeypatch
+) -> None:
+    _slow_target(monkeypatch, lambda n: 8e-3)  # a GPU-like flat curve
+    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+        plain = eng.complete("abcdefgh", max_tokens=150, n_draft=0)
+        auto = eng.complete("abcdefgh", max_tokens=150)
+    assert auto.tokens == plain.tokens
+    st = auto.stats
+    assert st.tau > 4, st.summary()
+    depth = {s: int(re.match(r"\d+", s.split()[1]).group()) for s in st.shapes if s != "plain"}
+    deep = sum(n for s, n in st.shapes.items() if depth.get(s, 0) >= 4)
+    assert deep >= 0.7 * st.steps, st.shapes
+    # the stats carry the model's prediction next to the measured speed
+    assert st.predicted_tokens_per_s > 0
+    assert 0.3 < st.predicted_tokens_per_s / st.tokens_per_s < 3, st.summary()

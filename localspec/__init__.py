@@ -1,7 +1,7 @@
 """localspec: lossless EAGLE-3 / EAGLE-3.1 speculative decoding for local GGUF models.
 
 import localspec
-with localspec.load("target.gguf", draft="target.eagle3.gguf", n_draft=4) as eng:
+with localspec.load("target.gguf", draft="target.eagle3.gguf") as eng:  # n_draft="auto"
     for ev in eng.generate("Once upon a time", max_tokens=64):
         print(ev.text, end="")
     print(eng.stats.summary())
@@ -37,6 +37,7 @@ __all__ = [
     "NativeLibraryError",
     "PairMismatchError",
     "Stats",
+    "TreeShape",
     "UnsupportedModelError",
     "convert",
     "load",
@@ -50,6 +51,10 @@ def __getattr__(name: str) -> object:
         from . import engine
 
         return getattr(engine, name)
+    if name == "TreeShape":
+        from .tree import TreeShape
+
+        return TreeShape
     if name == "convert":
         from .converters.convert import convert
 

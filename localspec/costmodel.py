@@ -89,6 +89,8 @@ class VerifyCurve:
         if r is not None:
             return r.value
         s = self._sizes
+        if n <= s[0]:
+            return self.ratio[s[0]].value * max(n, 0) / s[0]
         if n > s[-1]:  # extrapolate along the last measured slope
             if len(s) == 1:
                 return float(n)
@@ -198,6 +200,9 @@ class CostModel:
         self.acceptance = Acceptance()
         self.max_nodes = max_nodes
         self._plan: Plan | None = None
+        # no drafting pays even on optimistic acceptance: the engine then stops feeding the
+        # drafter (taps off) until a later search says otherwise
+        self.hopeless = False
         self._plan_version = -1
         self._steps_since_plan = 0
 
@@ -230,12 +235,12 @@ class CostModel:
     def _search(self, p: np.ndarray, budget: int, top_ks: tuple[int, ...]) -> Plan:
         best = Plan(None, 1.0, self.step_time(None))
         max_depth = min(MAX_DEPTH, budget)
-        verify = np.array([self.verify(n) for n in range(self.max_nodes + 2)])
+        verify = np.array([self.verify(n) for n in range(max(self.max_nodes, MAX_DEPTH) + 2)])
         for k in top_ks:
             if k not in self.expand:  # widths the engine cannot draft were not calibrated
                 continue
             for depth, vals in enumerate(expected_lengths(p, k, max_depth), start=1):
-                cum = 1.0 + np.cumsum(vals[: self.max_nodes])
+                cum = 1.0 + np.cumsum(vals[: depth if k == 1 else self.max_nodes])
                 if k == 1:  # a chain verifies every drafted position
                     nodes = np.array([depth])
                     gain = cum[depth - 1 : depth]
@@ -277,6 +282,7 @@ class CostModel:
         budget = MAX_DEPTH
         p = self.acceptance.probabilities()
         plan = self._search(p, budget, TOP_KS)
+        self.hopeless = False
         if plan.shape is None:
             # nothing pays on current estimates: probe with a chain if an optimistic first-
             # position acceptance says it might
@@ -284,6 +290,8 @@ class CostModel:
             hopeful = self._search(self.acceptance.probabilities(bound), budget, (1,))
             if hopeful.shape is not None:
                 plan = Plan(hopeful.shape, hopeful.tokens, hopeful.seconds, explore=True)
+            else:
+                self.hopeless = True
         self._plan = plan
 
     # --- learning ----------------------------------------------------------------------------
@@ -337,25 +345,32 @@ def _median_time(fn: Any, reps: int) -> float:
 
 
 def calibrate(
-    target: Any, drafter: Any, *, max_rows: int, top_ks: tuple[int, ...] = TOP_KS
+    target: Any,
+    drafter: Any,
+    *,
+    max_rows: int,
+    max_nodes: int = MAX_TREE_NODES,
+    top_ks: tuple[int, ...] = TOP_KS,
 ) -> CostModel:
-    """Time real target decodes of growing batch sizes (until a time budget is spent) and the
-    drafter's decodes per frontier width; the caches are cleared afterwards."""
-    tok = [int(t) % target.n_vocab for t in range(1000, 1000 + max_rows)]
+    """Time real target decodes of growing batch sizes up to max_rows (until a time budget is
+    spent) and the drafter's decodes per frontier width; the caches are cleared afterwards.
+    max_nodes: the largest tree the engine can verify (0: chains only)."""
+    tok = [int(t) % target.n_vocab for t in range(1000, 1000 + max(max_rows, 8))]
     times: dict[int, float] = {}
     spent = perf_counter()
     target.ctx.clear()
-    target.decode(tok[:8], 0, all_logits=True)  # warm up (first decodes allocate)
+    warm = min(8, max_rows)
+    target.decode(tok[:warm], 0, all_logits=True)  # warm up (first decodes allocate)
     for n in CALIBRATION_SIZES:
         if n > max_rows:
             break
 
         def run(n: int = n) -> None:
-            target.truncate(8)
-            target.decode(tok[:n], 8, all_logits=True)
+            target.truncate(warm)
+            target.decode(tok[:n], warm, all_logits=True)
 
         times[n] = _median_time(run, 3)
-        if perf_counter() - spent > CALIBRATION_BUDGET_S:
+        if n >= 2 and perf_counter() - spent > CALIBRATION_BUDGET_S:
             break
     target.ctx.clear()
 
@@ -371,7 +386,7 @@ def calibrate(
         embd = np.zeros((k, drafter.n_embd), dtype=np.float32)
         expand[k] = _median_time(lambda k=k, embd=embd: _decode_width(drafter, tok, embd, k), 3)
     drafter.clear()
-    return CostModel(VerifyCurve(times), expand, flush, max_nodes=max(1, max_rows - 1))
+    return CostModel(VerifyCurve(times), expand, flush, max_nodes=max_nodes)
 
 
 def _decode_width(drafter: Any, tok: list[int], embd: np.ndarray, k: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _native as N
-from .costmodel import TOP_KS, CostModel, Plan, calibrate
+from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan, calibrate
 from .discovery import default_target, find_drafter
 from .drafter import Drafter, DrafterSpec
 from .errors import ContextFullError, InvalidParameterError, LocalspecError
@@ -138,11 +138,11 @@ class Engine:
             n_gpu_layers=n_gpu_layers,
             kv_type=kv_type,
             flash_attn=flash_attn,
-            tree_nodes=0 if draft is False else min(MAX_TREE_NODES, n_batch - 2),
+            tree_nodes=0 if draft is False else max(0, min(MAX_TREE_NODES, n_batch - 2)),
         )
-        self._max_tree = 0 if draft is False else min(MAX_TREE_NODES, n_batch - 2)
+        self._max_tree = 0 if draft is False else max(0, min(MAX_TREE_NODES, n_batch - 2))
         # a tree's drafter frontier takes two banks of top_k sequences (+ the committed one)
-        self._max_top_k = max(1, min(MAX_TOP_K, (min(draft_batch, n_batch) - 1) // 2))
+        self._max_top_k = min(MAX_TOP_K, (min(draft_batch, n_batch) - 1) // 2)  # 0: chains only
         self.cost: CostModel | None = None  # calibrated on the first "auto" generation
         try:
             if draft is None:
@@ -219,7 +219,10 @@ class Engine:
         _check_int("max_tokens", max_tokens, 0, 1 << 24)
         k = self.n_draft if n_draft is None else _check_n_draft(n_draft)
         shape = _check_tree(tree) if tree is not None else (self.tree if n_draft is None else None)
-        if shape is not None and (shape.budget > self._max_tree or shape.top_k > self._max_top_k):
+        if shape is not None and (
+            shape.top_k > max(1, self._max_top_k)
+            or (not shape.is_chain and shape.budget > self._max_tree)
+        ):
             raise InvalidParameterError(
                 f"{shape} does not fit this engine: at most {self._max_tree} nodes "
                 f"(n_batch - 2) and top_k {self._max_top_k} ((draft_batch - 1) // 2)"
@@ -369,7 +372,13 @@ class Engine:
             if max_tokens == 0:
                 yield Event("", [], [], "length")
                 return
-            st = self._prefill(tokens, drafter, sp, draws, stats)
+            # auto on a machine where no drafting can pay: plain decoding with taps off (the
+            # drafter is fed again from the step where a search says drafting might pay)
+            dormant = mode == "auto" and self.cost is not None and self.cost.hopeless
+            if dormant:
+                self.target.set_taps_active(False)
+            st = self._prefill(tokens, None if dormant else drafter, sp, draws, stats)
+            st.dormant = dormant
             step_tokens, step_acc = [st.last], [False]
             reason: FinishReason | None = None
             while True:
@@ -410,14 +419,24 @@ class Engine:
         finally:
             self.stats.add(stats)
 
+    def _wake(self, drafter: Drafter, st: ChainState) -> None:
+        """Feed the drafter again after dormant steps: its cache restarts at the current
+        position (it has no taps for the steps in between)."""
+        self.target.set_taps_active(True)
+        drafter.clear()
+        st.drafter_n = st.n
+        st.queue_tokens, st.queue_g, st.queue_taps, st.n_taps = [], [], [], 0
+        st.dormant = False
+
     def _ensure_cost_model(self) -> None:
         if self.cost is None and self.drafter is not None:
             self.target.set_taps_active(True)  # verification runs with taps: time it so
             self.cost = calibrate(
                 self.target,
                 self.drafter,
-                max_rows=self._max_tree + 1,
-                top_ks=tuple(k for k in TOP_KS if k <= self._max_top_k),
+                max_rows=min(self.target.n_batch, max(self._max_tree, MAX_DEPTH) + 1),
+                max_nodes=self._max_tree,
+                top_ks=tuple(k for k in TOP_KS if k == 1 or k <= self._max_top_k),
             )
 
     def _step(
@@ -443,13 +462,24 @@ class Engine:
             assert self.cost is not None
             plan = self.cost.plan(budget)
             shape = plan.shape
+            if st.dormant and shape is not None:
+                self._wake(drafter, st)  # this step plain with taps: the drafter's first pair
+                shape = None
+            elif not st.dormant and shape is None and self.cost.hopeless:
+                self.target.set_taps_active(False)
+                st.dormant = True
         else:
             shape = TreeShape(min(k, budget), 1, min(k, budget, MAX_TREE_NODES))
+        if st.dormant:
+            drafter = None  # no taps are produced: nothing to queue
         drafter_cells = self.target.n_ctx - st.n  # the drafter's cache mirrors the target's
         if (
             shape is not None
             and not shape.is_chain
-            and (shape.budget > cells or (shape.depth - 1) * shape.top_k >= drafter_cells)
+            and (
+                shape.budget > min(cells, self._max_tree)
+                or (shape.depth - 1) * shape.top_k >= drafter_cells
+            )
         ):
             shape = TreeShape(min(shape.depth, budget), 1, min(shape.depth, budget))
         t0 = perf_counter()

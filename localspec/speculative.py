@@ -41,6 +41,7 @@ class ChainState:
     n_taps: int = 0  # rows in queue_taps
     t_flush: float = 0.0  # seconds the last flush_queue took (the cost model's input)
     gap_cells: int = 0  # target KV cells held by rejected tree nodes (see tree.tree_step)
+    dormant: bool = False  # auto: drafter not fed (taps off) while no drafting can pay
 
     def queue(self, drafter: Drafter, tokens: list[int], taps: np.ndarray) -> None:
         """Queue pairs; taps are encoded in bulk later (or now, when many are pending)."""

@@ -137,3 +137,32 @@ def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
     # the stats carry the model's prediction next to the measured speed
     assert st.predicted_tokens_per_s > 0
     assert 0.3 < st.predicted_tokens_per_s / st.tokens_per_s < 3, st.summary()
+
+
+def test_a_curve_with_one_measured_size_still_plans() -> None:
+    c = cm.VerifyCurve({1: 2.0})
+    assert c(0) == 0.0 and c(1) == 2.0 and c(5) == pytest.approx(10.0)
+    m = cm.CostModel(c, {1: 1e-4}, flush=1e-4)
+    assert m.plan(budget=10).tokens >= 1.0
+
+
+def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeypatch) -> None:
+    """A CPU-like verify curve and a drafter that never agrees: auto probes, gives up, then
+    decodes with the drafter unfed (taps off); once the evidence has faded it feeds the
+    drafter again and probes. The text is plain decoding's throughout."""
+    _slow_target(monkeypatch, lambda n: 2e-3 * (1 + 0.64 * (n - 1)))
+    with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
+        plain = eng.complete("the quick brown fox", max_tokens=100, n_draft=0)
+        first = eng.complete("the quick brown fox", max_tokens=100)
+        assert first.tokens == plain.tokens
+        assert any(s.startswith("chain") for s in first.stats.shapes)  # it probed
+        assert eng.cost.hopeless
+        asleep = eng.complete("the quick brown fox", max_tokens=100)
+        assert asleep.tokens == plain.tokens
+        assert asleep.stats.shapes == {"plain": asleep.stats.steps}
+        assert not eng.target._taps_active
+        eng.cost.acceptance.advance(20 * int(cm.HALF_LIFE))  # evidence fades
+        eng.cost._plan = None
+        again = eng.complete("the quick brown fox", max_tokens=100)
+        assert again.tokens == plain.tokens
+        assert any(s.startswith("chain") for s in again.stats.shapes)

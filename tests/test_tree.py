@@ -120,3 +120,16 @@ def test_tree_shapes_that_cannot_run_are_refused(models) -> None:
         # the largest shapes that fit still run, and stay lossless
         plain = eng.complete("abc", max_tokens=40, n_draft=0)
         assert eng.complete("abc", max_tokens=40, tree=(5, 3, 14)).tokens == plain.tokens
+
+
+def test_auto_and_trees_respect_tiny_batches(models) -> None:
+    """n_batch/draft_batch bound the tree (nodes, top-k); at the smallest sizes auto falls back
+    to chains and plain decoding, and stays lossless."""
+    for n_batch, draft_batch in ((2, 2), (4, 3), (8, 5)):
+        opts = {**EXACT, "n_batch": n_batch, "draft_batch": draft_batch}
+        with localspec.load(models["target"], draft=models["draft31"], **opts) as eng:
+            plain = eng.complete("the quick brown fox", max_tokens=40, n_draft=0)
+            auto = eng.complete("the quick brown fox", max_tokens=40)
+            assert auto.tokens == plain.tokens
+            chain = eng.complete("the quick brown fox", max_tokens=40, tree=(3, 1, 3))
+            assert chain.tokens == plain.tokens

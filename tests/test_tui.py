@@ -217,7 +217,9 @@ async def test_context_full_is_reported(agree, tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await say(pilot, "fill it")
-        assert "context full" in replies(app)[-1].footer_text, [str(n.message) for n in app._notifications]
+        assert "context full" in replies(app)[-1].footer_text, [
+            str(n.message) for n in app._notifications
+        ]
         assert any("context window is full" in str(n.message) for n in app._notifications)
 
 

@@ -399,10 +399,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}.json and {args.out}.png", file=sys.stderr)
     if any(s.mismatches for r in results for s in r.settings):
         print(
-            "note: '!!' rows produced tokens that differ from plain decoding. On quantized "
-            "CPU kernels llama.cpp rounds a batched (verify) decode differently from a "
-            "one-token decode (logit gaps up to ~1 measured on SmolLM2 Q4_1), so a near-tie "
-            "can flip; see docs/benchmarks.md",
+            "note: '!!' rows produced tokens that differ from plain decoding. Past 256 "
+            "cached tokens llama.cpp's CPU flash attention computes a one-token decode with "
+            "another kernel than a verify batch (logit gaps up to ~1 measured on SmolLM2), so "
+            "a near-tie can flip; see docs/speculation.md",
             file=sys.stderr,
         )
     return 0

@@ -207,7 +207,9 @@ def _walk(
     children: dict[int, dict[int, int]] = {}
     for i, (t, p) in enumerate(zip(tree.tokens, tree.parents, strict=True)):
         children.setdefault(p, {})[t] = i
-    node, path, ranks = -1, [], []
+    node = -1
+    path: list[int] = []
+    ranks: list[tuple[int, int]] = []
     while True:
         y, _ = pick(logits[node + 1], sp, draws.rng, draws.at(pos + len(path)))
         top = tree.expanded.get(node)

@@ -202,7 +202,9 @@ class Batcher:
 
     def batches(self, order: np.ndarray) -> list[list[tuple[int, int, int]]]:
         """Group windows (in this order) into batches of about batch_tokens rows."""
-        out, cur, rows = [], [], 0
+        out: list[list[tuple[int, int, int]]] = []
+        cur: list[tuple[int, int, int]] = []
+        rows = 0
         for w in (self.windows[i] for i in order):
             n = w[2] - w[1]
             if cur and (rows + n) > self.cfg.batch_tokens:

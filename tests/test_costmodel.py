@@ -150,7 +150,7 @@ def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeyp
     """A CPU-like verify curve and a drafter that never agrees: auto probes, gives up, then
     decodes with the drafter unfed (taps off); once the evidence has faded it feeds the
     drafter again and probes. The text is plain decoding's throughout."""
-    _slow_target(monkeypatch, lambda n: 2e-3 * (1 + 0.64 * (n - 1)))
+    _slow_target(monkeypatch, lambda n: 12e-3 * (1 + 0.5 * (n - 1)))
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
         plain = eng.complete("the quick brown fox", max_tokens=100, n_draft=0)
         first = eng.complete("the quick brown fox", max_tokens=100)

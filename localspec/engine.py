@@ -219,6 +219,8 @@ class Engine:
         _check_int("max_tokens", max_tokens, 0, 1 << 24)
         k = self.n_draft if n_draft is None else _check_n_draft(n_draft)
         shape = _check_tree(tree) if tree is not None else (self.tree if n_draft is None else None)
+        if shape is not None and self.drafter is None:
+            shape = None  # no drafter: plain decoding, as for any n_draft
         if shape is not None and (
             shape.top_k > max(1, self._max_top_k)
             or (not shape.is_chain and shape.budget > self._max_tree)

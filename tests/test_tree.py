@@ -133,3 +133,10 @@ def test_auto_and_trees_respect_tiny_batches(models) -> None:
             assert auto.tokens == plain.tokens
             chain = eng.complete("the quick brown fox", max_tokens=40, tree=(3, 1, 3))
             assert chain.tokens == plain.tokens
+
+
+def test_a_tree_without_a_drafter_decodes_plainly(models) -> None:
+    with localspec.load(models["target"], draft=False, **EXACT) as eng:
+        plain = eng.complete("abc", max_tokens=20, n_draft=0)
+        tree = eng.complete("abc", max_tokens=20, tree=(4, 2, 8))
+    assert tree.tokens == plain.tokens and tree.stats.drafted == 0

@@ -178,10 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser(
         "bench",
-        help="plain decoding vs speculation at several k, interleaved, on prompt sets",
-        description="Answers each prompt with plain decoding and every k in rotated order, "
-        "prints a table per prompt set (tokens/s, speedup, tau, acceptance by position) and "
-        "the target's verify-cost curve, and writes PREFIX.json and PREFIX.png.",
+        help="plain decoding vs auto, fixed chains and trees, interleaved, on prompt sets",
+        description="Answers each prompt with plain decoding, auto, every k and every tree "
+        "in rotated order, prints a table per prompt set (tokens/s, speedup, tau, acceptance "
+        "by position, shapes auto ran) and the target's verify-cost curve, and writes "
+        "PREFIX.json and PREFIX.png.",
     )
     b.add_argument("target", nargs="?", help="target GGUF (default: SmolLM2-135M-Instruct)")
     b.add_argument("--draft", help="drafter GGUF (default: the one paired with the target)")

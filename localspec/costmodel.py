@@ -50,10 +50,6 @@ class Plan:
     explore: bool = False  # chosen by the optimistic bound, not the mean
 
     @property
-    def label(self) -> str:
-        return "plain" if self.shape is None else str(self.shape)
-
-    @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
@@ -151,10 +147,6 @@ class Acceptance:
         n = c.sum() + PRIOR_WEIGHT
         mean = (c[0] + PRIOR_WEIGHT * _PRIOR0[0]) / n
         return min(1.0, mean + UCB_Z * math.sqrt(mean * (1 - mean) / n))
-
-    def mean_accepted_at(self) -> list[float]:
-        """P(rank 0) per depth: a chain's conditional acceptance by position (for reports)."""
-        return [float(x) for x in self.probabilities()[:, 0]]
 
 
 def expected_lengths(p: np.ndarray, top_k: int, max_depth: int) -> list[np.ndarray]:
@@ -320,16 +312,6 @@ class CostModel:
         for depth, rank in ranks:
             self.acceptance.observe(depth, rank)
         self.acceptance.advance(emitted)
-
-    def snapshot(self) -> dict[str, Any]:
-        """What the model currently believes (for reports and the TUI)."""
-        sizes = [1, 2, 4, 8, 16, 32]
-        return {
-            "verify_ms": {n: 1e3 * self.verify(n) for n in sizes},
-            "draft_depth_ms": {k: 1e3 * e.value for k, e in sorted(self.expand.items())},
-            "flush_ms": 1e3 * self.flush.value,
-            "accept_at": self.acceptance.mean_accepted_at()[:6],
-        }
 
 
 # --- calibration at load -----------------------------------------------------------------------

@@ -338,7 +338,7 @@ class Engine:
         st = ChainState(n=len(tokens), last=first)
         if dft is not None:
             st.queue_tokens = [*tokens[1:], first]
-            st.queue_taps, st.n_taps = taps, len(tokens)
+            st.queue_taps = taps  # encoded at once, which resets the row count
             st.encode_pending(dft)  # one batched encode belongs to prompt processing
         stats.t_prefill += perf_counter() - t0
         return st
@@ -427,7 +427,7 @@ class Engine:
         self.target.set_taps_active(True)
         drafter.clear()
         st.drafter_n = st.n
-        st.queue_tokens, st.queue_g, st.queue_taps, st.n_taps = [], [], [], 0
+        st.clear_queue()
         st.dormant = False
 
     def _ensure_cost_model(self) -> None:

@@ -38,7 +38,7 @@ class ChainState:
     queue_tokens: list[int] = field(default_factory=list)  # pairs not yet written to the drafter
     queue_g: list[np.ndarray] = field(default_factory=list)  # ... their g rows, encoded
     queue_taps: list[np.ndarray] = field(default_factory=list)  # ... then taps not yet encoded
-    n_taps: int = 0  # rows in queue_taps
+    _n_taps: int = 0  # rows in queue_taps (a counter: this runs every step)
     t_flush: float = 0.0  # seconds the last flush_queue took (the cost model's input)
     gap_cells: int = 0  # target KV cells held by rejected tree nodes (see tree.tree_step)
     dormant: bool = False  # auto: drafter not fed (taps off) while no drafting can pay
@@ -47,8 +47,8 @@ class ChainState:
         """Queue pairs; taps are encoded in bulk later (or now, when many are pending)."""
         self.queue_tokens.extend(tokens)
         self.queue_taps.append(taps)
-        self.n_taps += taps.shape[0]
-        if self.n_taps >= ENCODE_AT:
+        self._n_taps += taps.shape[0]
+        if self._n_taps >= ENCODE_AT:
             self.encode_pending(drafter)
 
     def encode_pending(self, drafter: Drafter) -> None:
@@ -57,7 +57,10 @@ class ChainState:
                 np.concatenate(self.queue_taps) if len(self.queue_taps) > 1 else self.queue_taps[0]
             )
             self.queue_g.append(drafter.encode(taps))
-            self.queue_taps, self.n_taps = [], 0
+            self.queue_taps, self._n_taps = [], 0
+
+    def clear_queue(self) -> None:
+        self.queue_tokens, self.queue_g, self.queue_taps, self._n_taps = [], [], [], 0
 
 
 ENCODE_AT = 256  # pending tap rows that trigger an encode (bounds the queue's memory)

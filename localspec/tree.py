@@ -222,6 +222,24 @@ def _walk(
         node = nxt
 
 
+def leaf_sequences(parents: list[int]) -> tuple[list[int], list[list[int]]]:
+    """One KV sequence per leaf (ids 1..L): the leaves, and for each verify row (0: the root,
+    i+1: node i) the sequences of all leaves below it."""
+    has_child = [False] * len(parents)
+    for p in parents:
+        if p >= 0:
+            has_child[p] = True
+    leaves = [i for i in range(len(parents)) if not has_child[i]]
+    seqs: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for s, leaf in enumerate(leaves, start=1):
+        node = leaf
+        while node >= 0:
+            seqs[node + 1].append(s)
+            node = parents[node]
+        seqs[0].append(s)
+    return leaves, seqs
+
+
 def tree_step(
     target: Target,
     drafter: Drafter,
@@ -235,19 +253,7 @@ def tree_step(
     tree = draft_tree(drafter, st, shape)
     t1 = perf_counter()
     n_nodes = len(tree.tokens)
-    # one sequence per leaf; a node belongs to the sequences of all leaves below it
-    has_child = [False] * n_nodes
-    for p in tree.parents:
-        if p >= 0:
-            has_child[p] = True
-    leaves = [i for i in range(n_nodes) if not has_child[i]]
-    seqs: list[list[int]] = [[] for _ in range(n_nodes + 1)]  # row 0 is the root
-    for s, leaf in enumerate(leaves, start=1):
-        node = leaf
-        while node >= 0:
-            seqs[node + 1].append(s)
-            node = tree.parents[node]
-        seqs[0].append(s)
+    leaves, seqs = leaf_sequences(tree.parents)
     ctx = target.ctx
     for s in range(1, len(leaves) + 1):
         ctx.seq_cp(0, s, 0, st.n)

@@ -10,7 +10,7 @@ import localspec
 from localspec.errors import InvalidParameterError
 from localspec.sampling import Draws, SamplingParams
 from localspec.stats import Stats
-from localspec.tree import GAP_SEQ, TreeShape, draft_tree
+from localspec.tree import GAP_SEQ, TreeShape, draft_tree, leaf_sequences
 
 from conftest import EXACT
 
@@ -72,14 +72,7 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     st = eng._prefill(tokens, eng.drafter, sp, Draws(0, len(tokens)), Stats())
     tree = draft_tree(eng.drafter, st, TreeShape(4, 3, 14))
     assert len(tree.tokens) == 14 and max(tree.depths) >= 3
-    leaves = [i for i in range(14) if i not in tree.parents]
-    seqs: list[list[int]] = [[] for _ in range(15)]
-    for s, leaf in enumerate(leaves, start=1):
-        node = leaf
-        while node >= 0:
-            seqs[node + 1].append(s)
-            node = tree.parents[node]
-        seqs[0].append(s)
+    leaves, seqs = leaf_sequences(tree.parents)
     for s in range(1, len(leaves) + 1):
         eng.target.ctx.seq_cp(0, s, 0, st.n)
     pos = np.array([st.n] + [st.n + d for d in tree.depths], dtype=np.int32)

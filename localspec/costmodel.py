@@ -55,26 +55,37 @@ class Plan:
 
 
 class _Ema:
-    """An exponential moving average that ignores single outliers (clipped to 3x either way)."""
+    """An exponential moving average. Until it has seen 1/alpha values it is a running mean
+    (weight: the observations behind the initial value, 0 for a guess), so a first
+    measurement replaces a guess at once; once established, single outliers are clipped to 3x
+    either way."""
 
-    def __init__(self, value: float, alpha: float) -> None:
+    def __init__(self, value: float, alpha: float, weight: float = 0.0) -> None:
         self.value = value
         self.alpha = alpha
+        self.weight = weight
 
     def update(self, x: float) -> None:
-        x = min(max(x, self.value / 3), self.value * 3) if self.value > 0 else x
-        self.value += self.alpha * (x - self.value)
+        if self.weight >= 1 and self.value > 0:
+            x = min(max(x, self.value / 3), self.value * 3)
+        self.weight += 1
+        self.value += max(self.alpha, 1 / self.weight) * (x - self.value)
+
+
+CALIBRATION_REPS = 3
+ESTABLISHED = 3  # observations after which a size's cost shape is trusted to track t(1)
 
 
 class VerifyCurve:
     """t(n), seconds for one target decode of n tokens with logits on every row, modelled as a
-    base t(1) that follows the context's growth quickly and a shape t(n)/t(1) refined slowly."""
+    base t(1) that follows the context's growth quickly and a shape t(n)/t(1) refined slowly.
+    times: calibrated decode times per batch size, each the best of CALIBRATION_REPS."""
 
     def __init__(self, times: dict[int, float]) -> None:
         base = times[1]
-        self.base = _Ema(base, 0.2)
-        self.ratio = {n: _Ema(t / base, 0.05) for n, t in times.items()}
-        self.ratio[1] = _Ema(1.0, 0.0)
+        self.base = _Ema(base, 0.2, CALIBRATION_REPS)
+        self.ratio = {n: _Ema(t / base, 0.05, CALIBRATION_REPS) for n, t in times.items()}
+        self.ratio[1] = _Ema(1.0, 0.0, math.inf)
         self._sizes = sorted(self.ratio)
 
     def __call__(self, n: int) -> float:
@@ -87,24 +98,30 @@ class VerifyCurve:
         s = self._sizes
         if n <= s[0]:
             return self.ratio[s[0]].value * max(n, 0) / s[0]
-        if n > s[-1]:  # extrapolate along the last measured slope
+        if n > s[-1]:  # extrapolate along the steeper of the last and the mean slope
             if len(s) == 1:
                 return float(n)
             a, b = s[-2], s[-1]
-            slope = (self.ratio[b].value - self.ratio[a].value) / (b - a)
-            return self.ratio[b].value + max(slope, 0.0) * (n - b)
+            last = (self.ratio[b].value - self.ratio[a].value) / (b - a)
+            mean = (self.ratio[b].value - 1.0) / (b - 1)
+            return self.ratio[b].value + max(last, mean, 0.0) * (n - b)
         i = int(np.searchsorted(s, n))
         a, b = s[i - 1], s[i]
         w = (n - a) / (b - a)
         return (1 - w) * self.ratio[a].value + w * self.ratio[b].value
 
     def observe(self, n: int, seconds: float) -> None:
-        self.base.update(seconds / self._ratio(n))
-        if n != 1:
-            if n not in self.ratio:
-                self.ratio[n] = _Ema(self._ratio(n), 0.05)
-                self._sizes = sorted(self.ratio)
-            self.ratio[n].update(seconds / self.base.value)
+        if n == 1:
+            self.base.update(seconds)
+            return
+        r = self.ratio.get(n)
+        if r is None:  # a size never measured: its guessed shape is replaced by what we see
+            r = self.ratio[n] = _Ema(self._ratio(n), 0.05)
+            self._sizes = sorted(self.ratio)
+        # only a trusted shape may move t(1); a guessed one would drag it along its own error
+        if r.weight >= ESTABLISHED:
+            self.base.update(seconds / r.value)
+        r.update(seconds / self.base.value)
 
 
 class Acceptance:
@@ -182,8 +199,9 @@ class CostModel:
         max_nodes: int = MAX_TREE_NODES,
     ) -> None:
         self.verify = verify
-        self.expand = {k: _Ema(t, 0.1) for k, t in draft_depth.items()}  # per frontier width
-        self.flush = _Ema(flush, 0.1)  # writing the queued pairs, first draft distribution
+        # per frontier width; writing the queued pairs and the first draft distribution
+        self.expand = {k: _Ema(t, 0.1, CALIBRATION_REPS) for k, t in draft_depth.items()}
+        self.flush = _Ema(flush, 0.1, CALIBRATION_REPS)
         self.glue = {
             "plain": _Ema(30e-6, 0.1),
             "chain": _Ema(80e-6, 0.1),
@@ -317,13 +335,15 @@ class CostModel:
 # --- calibration at load -----------------------------------------------------------------------
 
 
-def _median_time(fn: Any, reps: int) -> float:
+def _best_time(fn: Any) -> float:
+    """The fastest of CALIBRATION_REPS runs: other processes only ever add time, and a
+    calibration that caught their noise would distort the curve's shape for a long while."""
     ts = []
-    for _ in range(reps):
+    for _ in range(CALIBRATION_REPS):
         t0 = perf_counter()
         fn()
         ts.append(perf_counter() - t0)
-    return float(np.median(ts))
+    return min(ts)
 
 
 def calibrate(
@@ -351,7 +371,7 @@ def calibrate(
             target.truncate(warm)
             target.decode(tok[:n], warm, all_logits=True)
 
-        times[n] = _median_time(run, 3)
+        times[n] = _best_time(run)
         if n >= 2 and perf_counter() - spent > CALIBRATION_BUDGET_S:
             break
     target.ctx.clear()
@@ -359,14 +379,17 @@ def calibrate(
     expand: dict[int, float] = {}
     taps = np.zeros((2, drafter.tap_width), dtype=np.float32)
     g = drafter.encode(taps)
-    drafter.clear()
-    t0 = perf_counter()
-    drafter.encode(taps)
-    drafter.decode(tok[:2], g, 0)
-    flush = perf_counter() - t0
+
+    def first_pair() -> None:
+        drafter.clear()
+        drafter.encode(taps)
+        drafter.decode(tok[:2], g, 0)
+
+    first_pair()  # warm up
+    flush = _best_time(first_pair)
     for k in top_ks:
         embd = np.zeros((k, drafter.n_embd), dtype=np.float32)
-        expand[k] = _median_time(lambda k=k, embd=embd: _decode_width(drafter, tok, embd, k), 3)
+        expand[k] = _best_time(lambda k=k, embd=embd: _decode_width(drafter, tok, embd, k))
     drafter.clear()
     return CostModel(VerifyCurve(times), expand, flush, max_nodes=max_nodes)
 

@@ -11,6 +11,7 @@ import pytest
 
 import localspec
 from localspec import costmodel as cm
+from localspec.drafter import Drafter
 from localspec.target import Target
 
 from conftest import EXACT
@@ -82,13 +83,28 @@ def test_without_evidence_it_probes_then_stops_then_probes_again() -> None:
 def test_verify_curve_interpolates_extrapolates_and_follows_measurements() -> None:
     c = cm.VerifyCurve({1: 1.0, 2: 2.0, 4: 3.0})
     assert c(3) == pytest.approx(2.5)
-    assert c(8) == pytest.approx(5.0)  # last slope (0.5 per token) carried on
+    # past the last size: the steeper of the last slope (0.5) and the mean slope (2/3)
+    assert c(8) == pytest.approx(3.0 + 4 * 2 / 3)
+    assert cm.VerifyCurve({1: 1.0, 2: 1.2, 4: 4.0})(6) == pytest.approx(6.8)  # last: 1.4
     for _ in range(200):  # the context grew: everything costs twice as much
         c.observe(1, 2.0)
         c.observe(4, 6.0)
     assert c(1) == pytest.approx(2.0, rel=0.02)
     assert c(4) == pytest.approx(6.0, rel=0.05)
     assert c(2) == pytest.approx(4.0, rel=0.05)  # never measured again: scaled with t(1)
+
+
+def test_a_size_first_met_while_generating_replaces_its_guess_without_moving_t1() -> None:
+    # calibration caught noise at size 3: the extrapolated t(11) is far too cheap
+    c = cm.VerifyCurve({1: 10e-3, 2: 30e-3, 3: 20e-3})
+    assert c(11) < 0.1
+    c.observe(11, 0.21)
+    assert c(11) == pytest.approx(0.21)  # the first measurement replaces the guess at once
+    assert c(1) == pytest.approx(10e-3)  # and did not drag t(1) along with the guess's error
+    for _ in range(10):
+        c.observe(11, 0.21)
+        c.observe(1, 10e-3)
+    assert c(11) == pytest.approx(0.21, rel=0.02) and c(1) == pytest.approx(10e-3, rel=0.02)
 
 
 def _slow_target(monkeypatch, cost) -> None:
@@ -112,7 +128,7 @@ def _slow_target(monkeypatch, cost) -> None:
 
 
 def test_engine_turns_speculation_off_when_verification_is_expensive(agree, monkeypatch) -> None:
-    _slow_target(monkeypatch, lambda n: 3e-3 * n + 3e-3 * (n - 1))
+    _slow_target(monkeypatch, lambda n: 10e-3 * n + 10e-3 * (n - 1))
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
         plain = eng.complete("abcdefgh", max_tokens=120, n_draft=0)
         auto = eng.complete("abcdefgh", max_tokens=120)
@@ -124,7 +140,7 @@ def test_engine_turns_speculation_off_when_verification_is_expensive(agree, monk
 def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
     agree, monkeypatch
 ) -> None:
-    _slow_target(monkeypatch, lambda n: 8e-3)  # a GPU-like flat curve
+    _slow_target(monkeypatch, lambda n: 15e-3)  # a GPU-like flat curve
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
         plain = eng.complete("abcdefgh", max_tokens=150, n_draft=0)
         auto = eng.complete("abcdefgh", max_tokens=150)
@@ -151,12 +167,29 @@ def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeyp
     decodes with the drafter unfed (taps off); once the evidence has faded it feeds the
     drafter again and probes. The text is plain decoding's throughout."""
     _slow_target(monkeypatch, lambda n: 12e-3 * (1 + 0.5 * (n - 1)))
+    # Fix the drafter's cost too (far above its real one): the point where probing stops
+    # paying then depends on these costs only, not on how busy the machine is.
+    drafter_decode = Drafter.decode
+
+    def slow_drafter(self, tokens, embd, pos0):
+        t0 = time.perf_counter()
+        out = drafter_decode(self, tokens, embd, pos0)
+        time.sleep(max(0.0, 1.5e-3 - (time.perf_counter() - t0)))
+        return out
+
+    monkeypatch.setattr(Drafter, "decode", slow_drafter)
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
         plain = eng.complete("the quick brown fox", max_tokens=100, n_draft=0)
         first = eng.complete("the quick brown fox", max_tokens=100)
         assert first.tokens == plain.tokens
         assert any(s.startswith("chain") for s in first.stats.shapes)  # it probed
         assert eng.cost.hopeless
+        # It gave up right where the optimistic bound fell below the threshold, so timing
+        # noise alone could wake it again. Record many more misses so that the sleep is
+        # clear-cut on any machine.
+        for _ in range(40):
+            eng.cost.acceptance.observe(0, cm.N_RANKS)
+        eng.cost._plan = None
         asleep = eng.complete("the quick brown fox", max_tokens=100)
         assert asleep.tokens == plain.tokens
         assert asleep.stats.shapes == {"plain": asleep.stats.steps}

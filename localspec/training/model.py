@@ -89,6 +89,9 @@ class Eagle3Drafter(nn.Module):
     """Parameters carry the checkpoint names (fc, fc_norm.i, midlayer.*, norm, lm_head); the
     target's token embeddings are a frozen buffer that is not saved."""
 
+    embed: torch.Tensor  # buffers, declared for the type checker
+    inv_freq: torch.Tensor
+
     def __init__(self, c: DraftConfig, embed: torch.Tensor) -> None:
         super().__init__()
         self.c = c
@@ -209,4 +212,6 @@ class Eagle3Drafter(nn.Module):
         fc[:, last : last + H] = torch.eye(H)
         self.fc.weight.copy_(fc)
         if c.fc_norm and tap_rms is not None:  # keep the deepest tap at its natural scale
-            self.fc_norm[c.n_taps - 1].weight.fill_(float(tap_rms[c.n_taps - 1]))
+            deepest = self.fc_norm[c.n_taps - 1]
+            assert isinstance(deepest, RMSNorm)
+            deepest.weight.fill_(float(tap_rms[c.n_taps - 1]))

@@ -457,10 +457,14 @@ class Trainer:
         self.held = [
             held.tensors(b, self.device) for b in held.batches(np.arange(len(held.windows)))
         ][:8]
-        decay = [p for n, p in self.model.named_parameters() if p.ndim > 1]
-        other = [p for n, p in self.model.named_parameters() if p.ndim <= 1]
+        decay: list[torch.Tensor] = [p for p in self.model.parameters() if p.ndim > 1]
+        other: list[torch.Tensor] = [p for p in self.model.parameters() if p.ndim <= 1]
+        groups: list[dict[str, Any]] = [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": other},
+        ]
         self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other}],
+            groups,
             lr=cfg.lr,
             betas=(0.9, 0.95),
         )

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from .tree import MAX_TREE_NODES, TreeShape
+from .tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 
-N_RANKS = 8  # rank buckets 0..7; bucket 8 is "not among the drafter's top 8"
+N_RANKS = MAX_TOP_K  # rank buckets 0..7; bucket 8 is "not among the drafter's top 8"
 MAX_DEPTH = 10  # deepest draft auto considers
 TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves

@@ -130,6 +130,7 @@ class Engine:
             raise InvalidParameterError("draft must be a path, None (find one) or False")
         if draft is not None and draft is not False:
             spec = DrafterSpec(os.fspath(draft))
+        self._max_tree = 0 if draft is False else max(0, min(MAX_TREE_NODES, n_batch - 2))
         self.target = Target(
             target_path,
             n_ctx=n_ctx,
@@ -138,9 +139,8 @@ class Engine:
             n_gpu_layers=n_gpu_layers,
             kv_type=kv_type,
             flash_attn=flash_attn,
-            tree_nodes=0 if draft is False else max(0, min(MAX_TREE_NODES, n_batch - 2)),
+            tree_nodes=self._max_tree,
         )
-        self._max_tree = 0 if draft is False else max(0, min(MAX_TREE_NODES, n_batch - 2))
         # a tree's drafter frontier takes two banks of top_k sequences (+ the committed one)
         self._max_top_k = min(MAX_TOP_K, (min(draft_batch, n_batch) - 1) // 2)  # 0: chains only
         self.cost: CostModel | None = None  # calibrated on the first "auto" generation
@@ -503,7 +503,7 @@ class Engine:
             rows = n_chain + 1
         else:
             assert drafter is not None
-            res, _ = tree_step(self.target, drafter, st, shape, sp, draws)
+            res = tree_step(self.target, drafter, st, shape, sp, draws)
             rows = res.n_drafted + 1
         glue = perf_counter() - t0 - res.t_target - res.t_draft
         stats.t_target += res.t_target

@@ -123,7 +123,9 @@ def draft_tree(drafter: Drafter, st: ChainState, shape: TreeShape) -> DraftTree:
     """Draft a dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...)."""
     k = shape.top_k
     logits, h_root = flush_queue(drafter, st)
-    n_keep_stats = max(k, 4)
+    # every expanded node keeps its MAX_TOP_K best candidates, whatever k: the cost model's
+    # rank buckets (rank_of: MAX_TOP_K means "not among them") must mean the same for all shapes
+    n_keep_stats = MAX_TOP_K
     tok, lp = _top(drafter, logits[None, :], n_keep_stats)
     tree = DraftTree()
     tree.expanded[-1] = tok[0]
@@ -247,7 +249,7 @@ def tree_step(
     shape: TreeShape,
     sp: SamplingParams,
     draws: Draws,
-) -> tuple[StepResult, TreeOutcome]:
+) -> StepResult:
     """Draft a tree, verify it in one target decode, accept the longest matching path."""
     t0 = perf_counter()
     tree = draft_tree(drafter, st, shape)
@@ -282,10 +284,8 @@ def tree_step(
     t3 = perf_counter()
     rows = [0] + [i + 1 for i in out.path]
     accepted = [tree.tokens[i] for i in out.path]
-    st.queue_tokens.extend([*accepted, out.y])
-    st.queue_taps.append(target.read_taps(rows[-1] + 1)[rows])
+    st.queue(drafter, [*accepted, out.y], target.read_taps(rows[-1] + 1)[rows])
     t4 = perf_counter()
     st.n += m + 1
     st.last = out.y
-    res = StepResult([*accepted, out.y], n_nodes, m, t2 - t1, (t1 - t0) + (t4 - t3), out.ranks)
-    return res, out
+    return StepResult([*accepted, out.y], n_nodes, m, t2 - t1, (t1 - t0) + (t4 - t3), out.ranks)

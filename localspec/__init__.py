@@ -33,9 +33,11 @@ __all__ = [
     "GenerationError",
     "InvalidParameterError",
     "LocalspecError",
+    "MAX_DRAFT",
     "ModelFileError",
     "NativeLibraryError",
     "PairMismatchError",
+    "SamplingParams",
     "Stats",
     "TreeShape",
     "UnsupportedModelError",
@@ -47,10 +49,14 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # The engine imports the native door (libllama); load it on first use so that
     # `import localspec` stays cheap and its errors surface as LocalspecError at use.
-    if name in ("load", "Engine", "Event", "Completion"):
+    if name in ("load", "Engine", "Event", "Completion", "MAX_DRAFT"):
         from . import engine
 
         return getattr(engine, name)
+    if name == "SamplingParams":
+        from .sampling import SamplingParams
+
+        return SamplingParams
     if name == "TreeShape":
         from .tree import TreeShape
 

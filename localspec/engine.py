@@ -186,6 +186,16 @@ class Engine:
     def draft_path(self) -> str | None:
         return self.drafter.spec.path if self.drafter else None
 
+    @property
+    def draft_variant(self) -> str | None:
+        """"EAGLE-3" or "EAGLE-3.1" (None without a drafter)."""
+        return self.drafter.spec.variant if self.drafter else None
+
+    @property
+    def n_ctx(self) -> int:
+        """The context window in tokens (llama.cpp may round the requested size up)."""
+        return self.target.n_ctx
+
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:

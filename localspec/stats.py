@@ -10,6 +10,7 @@ class Stats:
     """Counts and times of one generation, or of many added together (``Engine.stats``)."""
 
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, reused from the previous call's KV caches
     generated: int = 0  # tokens emitted
     steps: int = 0  # target verify decodes (one per speculative step)
     drafted: int = 0
@@ -54,7 +55,15 @@ class Stats:
         self.predicted_seconds += seconds
 
     def add(self, other: Stats) -> None:
-        for name in ("prompt_tokens", "generated", "steps", "drafted", "accepted", "generations"):
+        for name in (
+            "prompt_tokens",
+            "cached_tokens",
+            "generated",
+            "steps",
+            "drafted",
+            "accepted",
+            "generations",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in (
             "t_prefill",
@@ -124,6 +133,7 @@ class Stats:
     def as_dict(self) -> dict[str, object]:
         return {
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "generated": self.generated,
             "steps": self.steps,
             "drafted": self.drafted,

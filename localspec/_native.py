@@ -193,9 +193,21 @@ class NativeModel:
         self.vocab = C.llama_model_get_vocab(ptr)
 
     def meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(4096)
+        """A metadata value as text, whole (llama.cpp returns the full length when the buffer
+        is too small: read again with a buffer that fits)."""
+        buf = ctypes.create_string_buffer(256)
         n = C.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            C.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        """The model's default chat template (tokenizer.chat_template), or None."""
+        raw = C.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
 
     @property
     def n_embd(self) -> int:

@@ -21,7 +21,7 @@ from .sampling import Draws, SamplingParams
 from .speculative import ChainState, StepResult, draft_chain, pick, speculative_step
 from .stats import Stats
 from .target import Target
-from .text import chat_prompt, tokenize
+from .text import ChatFormatter, tokenize
 from .tree import GAP_SEQ, MAX_TOP_K, MAX_TREE_NODES, TreeShape, tree_step
 
 MAX_DRAFT = 32
@@ -175,6 +175,7 @@ class Engine:
             [bool(N.C.llama_vocab_is_eog(vocab, i)) for i in range(self.target.n_vocab)]
         )
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._chat = ChatFormatter(self.target.model, self.target.path)
 
     # --- public API --------------------------------------------------------------------------
 
@@ -282,7 +283,12 @@ class Engine:
 
     def format_chat(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
         self._check_open()
-        return chat_prompt(self.target.model, messages, path=self.target.path)
+        return self._chat.render(messages)
+
+    @property
+    def chat_template_note(self) -> str:
+        """Empty when chats use the model's own template; else what is used instead."""
+        return self._chat.note
 
     def propose(self, prompt: str | Sequence[int], k: int = 4) -> list[int]:
         """The drafter's greedy chain for the k positions after the target's next token."""

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from . import _native as N
 from .errors import InvalidParameterError, LocalspecError
 
+ROLES = ("system", "user", "assistant")
+
 
 def tokenize(
     model: N.NativeModel, text: str, *, add_special: bool = True, parse_special: bool = False
@@ -29,24 +31,55 @@ def token_text(model: N.NativeModel, token: int) -> str:
     return raw.decode("utf-8", errors="replace") if raw else ""
 
 
-def chat_prompt(
-    model: N.NativeModel, messages: Sequence[dict[str, str]], *, path: str = "the model"
-) -> tuple[str, list[str]]:
-    """The prompt text for messages, rendered by the model's template with llama-cpp-python's
-    Jinja formatter, and the stop strings it declares."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    template = model.meta("tokenizer.chat_template")
-    if not template:
-        raise LocalspecError(f"{path} has no chat template (tokenizer.chat_template)")
-    if not messages or any(not isinstance(m, dict) or "role" not in m for m in messages):
+def check_messages(messages: object) -> list[dict[str, str]]:
+    """A conversation as the chat template wants it: a non-empty list of {role, content}
+    with known roles and string contents."""
+    if not isinstance(messages, (list, tuple)) or not messages:
         raise InvalidParameterError("messages must be a non-empty list of {role, content}")
-    bos = token_text(model, N.C.llama_vocab_bos(model.vocab))
-    eos = token_text(model, N.C.llama_vocab_eos(model.vocab))
-    try:
-        fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-        res = fmt(messages=list(messages))  # type: ignore[arg-type]
-    except Exception as exc:  # jinja2 errors and the template's raise_exception
-        raise LocalspecError(f"the model's chat template failed: {exc}") from None
-    stops = [res.stop] if isinstance(res.stop, str) else res.stop or []
-    return res.prompt, [s for s in stops if s]
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            raise InvalidParameterError(f"message {i} must be a {{role, content}} object")
+        if m.get("role") not in ROLES:
+            raise InvalidParameterError(
+                f"message {i} has role {m.get('role')!r}; known roles: {', '.join(ROLES)}"
+            )
+    return list(messages)
+
+
+class ChatFormatter:
+    """Renders conversations with the model's own Jinja chat template (llama-cpp-python's
+    formatter). A model without one gets ChatML, as llama.cpp's server does; ``note`` says so."""
+
+    def __init__(self, model: N.NativeModel, path: str = "the model") -> None:
+        from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE, Jinja2ChatFormatter
+
+        template = model.chat_template()
+        self.note = ""
+        if not template:
+            template = CHATML_CHAT_TEMPLATE
+            self.note = f"{path} has no chat template: using ChatML"
+        bos = token_text(model, N.C.llama_vocab_bos(model.vocab))
+        eos = token_text(model, N.C.llama_vocab_eos(model.vocab))
+        self._fmt: Jinja2ChatFormatter | None = None
+        self._error = ""
+        try:
+            self._fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        except Exception as exc:  # jinja2 cannot parse it: raw prompts still work
+            self._error = f"the chat template of {path} does not compile: {exc}"
+        self._extra_stops = ["<|im_end|>"] if self.note else []
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.note)
+
+    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
+        """The prompt text for messages and the stop strings the template declares."""
+        msgs = check_messages(messages)
+        if self._fmt is None:
+            raise LocalspecError(self._error)
+        try:
+            res = self._fmt(messages=msgs)  # type: ignore[arg-type]
+        except Exception as exc:  # jinja2 errors and the template's raise_exception
+            raise LocalspecError(f"the model's chat template failed: {exc}") from None
+        stops = [res.stop] if isinstance(res.stop, str) else list(res.stop or [])
+        return res.prompt, [s for s in [*stops, *self._extra_stops] if s]

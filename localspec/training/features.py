@@ -27,7 +27,7 @@ from ..errors import InvalidParameterError, LocalspecError
 from ..sampling import SamplingParams
 from ..speculative import pick
 from ..target import Target
-from ..text import chat_prompt, tokenize
+from ..text import ChatFormatter, tokenize
 
 MANIFEST = "manifest.json"
 
@@ -150,6 +150,7 @@ class FeatureWriter:
         self.sampling = SamplingParams(temperature=cfg.temperature)
         self.batch = N.Batch(target.n_batch)
         self.seq_len = target.n_ctx // cfg.n_parallel
+        self.chat = ChatFormatter(target.model, target.path)
 
     # --- preparing sequences -----------------------------------------------------------------
 
@@ -160,15 +161,15 @@ class FeatureWriter:
             upto = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
             if upto is None:
                 return None
-            text, _ = chat_prompt(model, messages[: upto + 1], path=self.t.path)
+            text, _ = self.chat.render(messages[: upto + 1])
             tokens = tokenize(model, text, add_special=True, parse_special=True)
             if len(tokens) > self.cfg.max_prompt or len(tokens) + 8 > self.seq_len:
                 return None
             return _Seq(item, tokens, loss_start=len(tokens))
         if any(m["role"] == "assistant" for m in messages):
             first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-            head, _ = chat_prompt(model, messages[:first], path=self.t.path)
-            text, _ = chat_prompt(model, messages, path=self.t.path)
+            head, _ = self.chat.render(messages[:first])
+            text, _ = self.chat.render(messages)
             start = len(tokenize(model, head, add_special=True, parse_special=True))
         else:  # plain text: every position is trained on
             text, start = "\n\n".join(m["content"] for m in messages), 0

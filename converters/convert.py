@@ -17,7 +17,13 @@ import numpy as np
 from localspec import _native as N
 from localspec import gguf_keys as K
 from localspec.discovery import drafter_path_for
-from localspec.errors import CheckpointError, InvalidParameterError, UnsupportedModelError
+from localspec.errors import (
+    CheckpointError,
+    InvalidParameterError,
+    LocalspecError,
+    UnsupportedModelError,
+)
+from localspec.hardware import physical_cores
 from localspec.stats import Stats
 
 from . import formats as F
@@ -329,8 +335,6 @@ def _write_k_quant(
     outtype: str,
 ) -> None:
     """K-quants go through llama.cpp's own quantizer from an F32 intermediate file."""
-    from llama_cpp import llama_cpp as C
-
     folder = os.path.dirname(os.path.abspath(out))
     fd, tmp_in = tempfile.mkstemp(prefix=".localspec-", suffix=".f32.gguf", dir=folder)
     os.close(fd)
@@ -338,13 +342,10 @@ def _write_k_quant(
     os.close(fd)
     try:
         write_eagle3_gguf(tmp_in, cfg, _cast(tensors, "f32"), target, name=name)
-        params = C.llama_model_quantize_default_params()
-        params.ftype = LLAMA_FTYPES[outtype]
-        params.nthread = max(1, os.cpu_count() or 1)
-        N.clear_log()
-        rc = C.llama_model_quantize(os.fsencode(tmp_in), os.fsencode(tmp_out), params)
-        if rc != 0:
-            raise CheckpointError(f"llama.cpp's quantizer failed ({outtype}): {N.last_errors()}")
+        try:
+            N.quantize_model(tmp_in, tmp_out, LLAMA_FTYPES[outtype], physical_cores())
+        except LocalspecError as exc:
+            raise CheckpointError(f"{exc} ({outtype})") from None
         os.replace(tmp_out, out)
     finally:
         for p in (tmp_in, tmp_out):

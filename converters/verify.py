@@ -134,9 +134,9 @@ def verify(
             if len(toks) < 3:
                 continue
             ref = TorchEagle3(dc, t, embed=embed, head=head_m, d2t=d2t, target_vocab=tgt.n_vocab)
-            tgt.ctx.clear()
-            dft.clear()
-            tgt.decode(toks, 0, all_logits=False)
+            tgt.clear()
+            dft.restart(0)
+            tgt.decode(toks, all_logits=False)
             taps = tgt.read_taps(len(toks))
             g = dft.encode(taps)
             g_ref = ref.encode(taps)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import GenerationError, ModelFileError, NativeLibraryError
+from .options import KV_TYPES
 
 REQUIRED_LLAMA_CPP_PYTHON = "0.3.36"
 
@@ -169,16 +170,17 @@ def last_errors(n: int = 3) -> str:
     return "; ".join(keep[-n:])
 
 
-# --- ggml type names for KV caches ---------------------------------------------------------
+# --- ggml types for KV caches, by the names options.KV_TYPES lists -------------------------
 
-KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "bf16": 30}
+_GGML_TYPE = dict(zip(KV_TYPES, (0, 1, 30, 8, 2), strict=True))  # f32 f16 bf16 q8_0 q4_0
 
 
 # --- owners of native handles ----------------------------------------------------------------
 
 
 class NativeModel:
-    """Owns a ``llama_model *``; free it only after every context using it is freed."""
+    """Owns a ``llama_model *`` and reads what the model and its vocabulary say; free it only
+    after every context using it is freed."""
 
     def __init__(self, path: str, *, n_gpu_layers: int, use_mmap: bool = True) -> None:
         params = C.llama_model_default_params()
@@ -191,6 +193,9 @@ class NativeModel:
             raise ModelFileError(f"cannot load model {path}: {detail}")
         self.ptr: Any = ptr
         self.vocab = C.llama_model_get_vocab(ptr)
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    # --- metadata ------------------------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:
         """A metadata value as text, whole (llama.cpp returns the full length when the buffer
@@ -225,6 +230,59 @@ class NativeModel:
     def size_bytes(self) -> int:
         return int(C.llama_model_size(self.ptr))
 
+    def target_layer_ids(self) -> tuple[int, ...]:
+        """The tap ids an eagle3 drafter's GGUF declares (as llama.cpp read them)."""
+        n = model_target_layer_ids_n(self.ptr)
+        ids = model_target_layer_ids(self.ptr)
+        return tuple(int(ids[i]) for i in range(n))
+
+    # --- vocabulary ----------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (C.llama_token * cap)()
+        n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # the buffer was too small: -n is the size needed
+            cap = -n
+            buf = (C.llama_token * cap)()
+            n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token contributes to the output text (specials render as nothing)."""
+        n = C.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = C.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """A token's text as stored in the vocabulary ('' for an invalid id)."""
+        if not 0 <= token < self.n_vocab:
+            return ""
+        raw = C.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def vocab_texts(self) -> list[bytes]:
+        """Every token's text (for tokenizer comparisons)."""
+        get = C.llama_vocab_get_text
+        return [get(self.vocab, i) or b"" for i in range(self.n_vocab)]
+
+    def eog_mask(self) -> np.ndarray:
+        """True for every end-of-generation token (EOS, EOT, ...)."""
+        is_eog = C.llama_vocab_is_eog
+        return np.array([bool(is_eog(self.vocab, i)) for i in range(self.n_vocab)])
+
+    @property
+    def bos(self) -> int:
+        return int(C.llama_vocab_bos(self.vocab))
+
+    @property
+    def eos(self) -> int:
+        return int(C.llama_vocab_eos(self.vocab))
+
     def close(self) -> None:
         if getattr(self, "ptr", None):
             C.llama_model_free(self.ptr)
@@ -232,7 +290,8 @@ class NativeModel:
 
 
 class NativeContext:
-    """Owns a ``llama_context *`` built on a NativeModel (freed before its model)."""
+    """Owns a ``llama_context *`` built on a NativeModel (freed before its model): decoding,
+    outputs (logits, tapped layer inputs, the eagle3 encoder/decoder states) and KV sequences."""
 
     def __init__(
         self,
@@ -258,8 +317,8 @@ class NativeContext:
         params.n_seq_max = n_seq_max
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
-        params.type_k = KV_TYPES[kv_type]
-        params.type_v = KV_TYPES[kv_type]
+        params.type_k = _GGML_TYPE[kv_type]
+        params.type_v = _GGML_TYPE[kv_type]
         params.kv_unified = kv_unified
         params.no_perf = True
         if flash_attn is not None:
@@ -275,10 +334,15 @@ class NativeContext:
         self.model = model
         self.n_ctx = int(C.llama_n_ctx(ptr))
         self.n_batch = n_batch
+        self.n_seq_max = n_seq_max
+        self.n_vocab = model.n_vocab
+        self.n_embd = model.n_embd
         self.mem = C.llama_get_memory(ptr)
         if embeddings_nextn:
             # masked: rows only for batch entries that request output
             set_embeddings_nextn(ptr, True, True)
+
+    # --- running graphs ------------------------------------------------------------------------
 
     def decode(self, batch: Batch, what: str) -> None:
         rc = C.llama_decode(self.ptr, batch.struct)
@@ -292,11 +356,38 @@ class NativeContext:
             detail = last_errors()
             raise GenerationError(f"llama_encode failed on the {what} (code {rc}) {detail}".strip())
 
-    def logits_ith(self, i: int, n_vocab: int) -> np.ndarray:
+    # --- outputs of the last decode (views, valid until the next one: copy to keep) ------------
+
+    def logits(self, n_rows: int) -> np.ndarray:
+        """The logits of the first n_rows output rows."""
+        return float_rows(C.llama_get_logits(self.ptr), n_rows, self.n_vocab)
+
+    def logits_ith(self, i: int) -> np.ndarray:
         ptr = C.llama_get_logits_ith(self.ptr, i)
         if not ptr:
             raise GenerationError(f"llama.cpp returned no logits for row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def keep_layer_input(self, layer: int, keep: bool) -> None:
+        """Make later decodes keep (or stop keeping) the input of a layer for every row."""
+        set_embeddings_layer_inp(self.ptr, layer, keep)
+
+    def layer_input(self, layer: int, n_rows: int) -> np.ndarray:
+        """The input of a kept layer for the rows of the last decode [n_rows, n_embd]."""
+        return float_rows(get_embeddings_layer_inp(self.ptr, layer), n_rows, self.n_embd)
+
+    def nextn(self, n_rows: int, width: int) -> np.ndarray:
+        """The eagle3 states of the last encode/decode (g rows, or the decoder's pre-norm h)."""
+        return float_rows(get_embeddings_nextn(self.ptr), n_rows, width)
+
+    def nextn_ith(self, i: int, width: int) -> np.ndarray:
+        return float_rows(get_embeddings_nextn_ith(self.ptr, i), 1, width)[0]
+
+    def other(self) -> Any:
+        """The context this one borrows tensors from (ctx_other), as a raw pointer."""
+        return get_ctx_other(self.ptr)
+
+    # --- KV sequences --------------------------------------------------------------------------
 
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> None:
         if not C.llama_memory_seq_rm(self.mem, seq, p0, p1):
@@ -395,6 +486,16 @@ def float_rows(ptr: Any, n_rows: int, width: int) -> np.ndarray:
     if not ptr:
         raise GenerationError("llama.cpp returned no hidden-state rows")
     return np.ctypeslib.as_array(ptr, shape=(n_rows, width))
+
+
+def quantize_model(src: str, dst: str, ftype: int, n_threads: int) -> None:
+    """llama.cpp's own quantizer: src GGUF -> dst GGUF of file type ftype (LLAMA_FTYPE_*)."""
+    params = C.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = n_threads
+    clear_log()
+    if C.llama_model_quantize(os.fsencode(src), os.fsencode(dst), params) != 0:
+        raise GenerationError(f"llama.cpp's quantizer failed: {last_errors() or 'no detail'}")
 
 
 # --- GGUF headers through ggml's own C reader ------------------------------------------------
@@ -542,9 +643,3 @@ class GGUFHeader:
 
     def arch_key(self, suffix: str) -> Any:
         return self.kv.get(f"{self.architecture}.{suffix}")
-
-
-def vocab_texts(model: NativeModel) -> list[bytes]:
-    """Every token's text, read from the loaded vocabulary (for tokenizer comparisons)."""
-    get = C.llama_vocab_get_text
-    return [get(model.vocab, i) or b"" for i in range(model.n_vocab)]

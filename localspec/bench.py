@@ -189,7 +189,8 @@ def run_set(
     progress: Callable[[int, int], None] | None = None,
 ) -> SetResult:
     """Answer every prompt (all its turns) with each setting, in rotated order per prompt;
-    settings[0] must be plain decoding (the reference for speed and greedy output)."""
+    settings[0] must be plain decoding (the reference for speed and greedy output). Each
+    setting's conversation starts from an empty cache and reuses it across its own turns."""
     settings = list(settings)
     greedy = temperature == 0.0
     total = len(prompts) * len(settings)
@@ -198,6 +199,7 @@ def run_set(
         order = settings[i % len(settings) :] + settings[: i % len(settings)]
         outputs: dict[str, list[list[int]]] = {}
         for s in order:
+            engine.reset()  # every setting starts cold; later turns reuse their own cache
             msgs = list(p.history)
             st = Stats()
             toks: list[list[int]] = []
@@ -237,14 +239,14 @@ def verify_curve(
     for n in sizes:
         times = []
         for r in range(reps):
-            target.truncate(0)
-            target.decode(base, 0, all_logits=False)
+            target.keep(0)
+            target.decode(base, all_logits=False)
             toks = [int(t) for t in np.random.default_rng(r).integers(0, hi, size=n)]
             t0 = time.perf_counter()
-            target.decode(toks, len(base), all_logits=True)
+            target.decode(toks, all_logits=True)
             times.append(time.perf_counter() - t0)
         out[n] = statistics.median(times)
-    target.truncate(0)
+    target.clear()
     return out
 
 

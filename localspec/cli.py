@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from . import __version__
 from .errors import LocalspecError
+from .options import KV_TYPES
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -38,6 +39,40 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     _add_runtime_args(p)
     p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    _add_cache_args(p)
+
+
+def _add_cache_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kv-type",
+        default="f16",
+        choices=KV_TYPES,
+        help="KV cache type of target and drafter (default f16)",
+    )
+    p.add_argument(
+        "--flash-attn",
+        default="auto",
+        choices=["on", "off", "auto"],
+        help="flash attention (default auto: llama.cpp decides); the two kernels round "
+        "differently, so match this when comparing outputs with other tools",
+    )
+    p.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="time this machine again for auto instead of using the stored calibration",
+    )
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """load() options common to generate, chat and bench."""
+    return {
+        "n_ctx": args.ctx,
+        "n_threads": args.threads,
+        "n_gpu_layers": args.gpu_layers,
+        "kv_type": args.kv_type,
+        "flash_attn": args.flash_attn,
+        "recalibrate": args.recalibrate,
+    }
 
 
 def _n_draft(text: str) -> int | str:
@@ -63,7 +98,9 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
         default=0,
         help="layers to offload to the GPU (-1: all; needs a CUDA/Metal build)",
     )
-    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: all)")
+    p.add_argument(
+        "--threads", "-t", type=int, default=None, help="CPU threads (default: physical cores)"
+    )
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -210,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="localspec-bench", help="write OUT.json and OUT.png")
     _add_runtime_args(b)
     b.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    _add_cache_args(b)
     b.set_defaults(func=cmd_bench)
 
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
@@ -250,8 +288,21 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def require_torch(command: str) -> None:
+    """convert and train run PyTorch: say how to get it rather than fail on an import."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise LocalspecError(
+            f"localspec {command} needs PyTorch: pip install torch==2.13.0 (CPU) or a CUDA "
+            f"build, then pip install 'localspec[{'train' if command == 'train' else 'convert'}]'"
+        )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import signal
+
+    require_torch("train")
 
     from .discovery import default_target
     from .training import FeatureConfig, TrainConfig, train
@@ -338,13 +389,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sets = {
         os.path.basename(name): bench.load_prompt_set(name, args.limit) for name in args.prompts
     }
-    eng = load(
-        args.target,
-        draft=args.draft,
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        n_gpu_layers=args.gpu_layers,
-    )
+    eng = load(args.target, draft=args.draft, **_engine_options(args))
     with eng:
         if eng.drafter is None:
             raise LocalspecError(
@@ -410,6 +455,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    require_torch("convert")
     from .converters.convert import convert
 
     taps = _taps(args.taps)
@@ -464,6 +510,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         max_tokens=args.max_tokens,
         seed=args.seed,
+        engine_kwargs={
+            "kv_type": args.kv_type,
+            "flash_attn": args.flash_attn,
+            "recalibrate": args.recalibrate,
+        },
     )
     LocalspecApp(opts, store=ChatStore()).run()
     return 0
@@ -478,11 +529,11 @@ def cmd_info(args: argparse.Namespace) -> int:
             raise LocalspecError(f"--target needs a drafter file; {args.file} is a target")
         problem = check_pairing(args.file, args.target)
         data["pairs_with"] = {"target": args.target, "ok": problem is None, "problem": problem}
+    p = data.get("pairs_with")
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0
+        return 0 if p is None or p["ok"] else 1
     print(format_info(data))
-    p = data.get("pairs_with")
     if p:
         print(f"  pairs with    {p['target']}: " + ("yes" if p["ok"] else f"NO: {p['problem']}"))
         return 0 if p["ok"] else 1
@@ -500,13 +551,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     draft: str | Literal[False] | None = False if args.no_draft else args.draft
     tree = _tree_arg(args)
     with load(
-        args.target,
-        draft=draft,
-        n_draft=args.n_draft,
-        tree=tree,
-        n_gpu_layers=args.gpu_layers,
-        n_threads=args.threads,
-        n_ctx=args.ctx,
+        args.target, draft=draft, n_draft=args.n_draft, tree=tree, **_engine_options(args)
     ) as eng:
         kw = dict(
             max_tokens=args.max_tokens,
@@ -555,6 +600,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # permissions, a full disk, a missing folder: one line, not a trace
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"localspec: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)

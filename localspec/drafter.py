@@ -1,167 +1,78 @@
-"""The EAGLE-3 / EAGLE-3.1 drafter: an ``eagle3`` GGUF in its own llama.cpp context.
+"""The EAGLE-3 / EAGLE-3.1 drafter in its own llama.cpp context, and what its KV cache holds.
 
 llama.cpp runs the two graphs (encoder ``g = fc(taps)``, one-layer decoder). The two EAGLE-3.1
 changes it lacks are applied here, around those graphs:
 - fc_norm: each target tap is divided by its own RMS before encoding (the per-tap norm weights
   are already folded into ``fc.weight`` by the converter);
 - norm_output: the state fed back to the next draft step is ``output_norm(h)``, not ``h``.
+
+Cache convention (llama.cpp's EAGLE-3 driver): position P holds the pair (token[P+1], g[P]),
+g[P] = fc(taps of target position P). Positions [start, end) are written; pairs after them wait
+in a queue with their taps not yet encoded, so steps that do not draft cost the drafter nothing.
+The queue's last pair is (last, g[n-1]) for the target's chosen-but-undecoded token, whose
+decoder output is the first draft. Positions from ``end`` on are scratch for draft states.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from time import perf_counter
 
 import numpy as np
 
 from . import _native as N
-from . import gguf_keys as K
-from .errors import ModelFileError, PairMismatchError, UnsupportedModelError
+from .drafter_spec import DrafterSpec
+from .errors import ModelFileError, PairMismatchError
+from .options import RuntimeOptions
 from .target import Target, vocab_fingerprint
 
-_NORM_DTYPES = {0: np.float32, 1: np.float16}  # ggml types we accept for norm vectors
-
-
-class DrafterSpec:
-    """What a drafter GGUF says about itself, read from its header without loading weights."""
-
-    def __init__(self, path: str) -> None:
-        h = N.GGUFHeader(path)
-        if h.architecture != K.EAGLE3_ARCH:
-            raise UnsupportedModelError(
-                f"{path} is not an EAGLE-3 drafter (general.architecture is "
-                f"'{h.architecture}', expected '{K.EAGLE3_ARCH}')"
-            )
-        kv = h.kv
-        taps = kv.get(K.TARGET_LAYERS)
-        if not isinstance(taps, list) or len(taps) != 3:
-            raise ModelFileError(f"{path}: {K.TARGET_LAYERS} must list exactly 3 layer ids")
-        self.path = path
-        self.header = h
-        self.taps: tuple[int, int, int] = (int(taps[0]), int(taps[1]), int(taps[2]))
-        self.n_embd = int(kv.get(K.EMBEDDING_LENGTH) or 0)
-        self.target_hidden = int(kv.get(K.TARGET_HIDDEN_SIZE) or 0)
-        self.eps = float(kv.get(K.RMS_EPS) or 1e-6)
-        self.norm_before_fc = bool(kv.get(K.NORM_BEFORE_FC, False))
-        self.norm_before_residual = bool(kv.get(K.NORM_BEFORE_RESIDUAL, False))
-        self.fc_norm = bool(kv.get(K.FC_NORM, False))
-        self.fc_norm_eps = float(kv.get(K.FC_NORM_EPS, self.eps))
-        self.norm_output = bool(kv.get(K.NORM_OUTPUT, False))
-        if self.fc_norm and self.norm_before_fc:
-            raise ModelFileError(
-                f"{path} sets both {K.FC_NORM} and {K.NORM_BEFORE_FC}; a drafter has at most one"
-            )
-        self.has_token_embd = K.T_TOKEN_EMBD in h.tensors
-        self.has_output = K.T_OUTPUT in h.tensors
-        d2t = h.tensors.get(K.T_D2T)
-        self.draft_vocab = int(d2t.shape[0]) if d2t is not None else None
-        self.vocab_size = h.kv_len.get("tokenizer.ggml.tokens", 0)
-        self.target_record = {
-            "architecture": kv.get(K.TARGET_ARCH),
-            "block_count": kv.get(K.TARGET_BLOCK_COUNT),
-            "embedding_length": kv.get(K.TARGET_EMBEDDING_LENGTH),
-            "vocab_size": kv.get(K.TARGET_VOCAB_SIZE),
-            "vocab_fingerprint": kv.get(K.TARGET_VOCAB_FINGERPRINT),
-        }
-
-    @property
-    def variant(self) -> str:
-        return "EAGLE-3.1" if (self.fc_norm or self.norm_output) else "EAGLE-3"
-
-    def output_norm_weight(self) -> np.ndarray:
-        info = self.header.tensors.get(K.T_OUTPUT_NORM)
-        if info is None or info.ggml_type not in _NORM_DTYPES:
-            raise ModelFileError(f"{self.path}: {K.T_OUTPUT_NORM} missing or not F32/F16")
-        w = np.fromfile(
-            self.path,
-            dtype=_NORM_DTYPES[info.ggml_type],
-            count=int(np.prod(info.shape)),
-            offset=self.header.data_offset + info.offset,
-        )
-        return w.astype(np.float32)
-
-    def check_pair(self, target: Target) -> None:
-        """Refuse a drafter that does not belong to this target, before any native work."""
-        p = self.path
-        if self.target_hidden != target.n_embd:
-            raise PairMismatchError(
-                f"drafter {p} was made for a target with hidden size {self.target_hidden}, "
-                f"but {target.path} has {target.n_embd}"
-            )
-        borrows = not (self.has_token_embd and self.has_output)
-        if borrows and self.n_embd != target.n_embd:
-            raise PairMismatchError(
-                f"drafter {p} has hidden size {self.n_embd} and borrows the target's embeddings "
-                f"or output head, which have width {target.n_embd}"
-            )
-        for lid in self.taps:
-            if not 0 <= lid < target.n_layer:
-                raise PairMismatchError(
-                    f"drafter {p} taps target layer {lid}, but the target has layers "
-                    f"0..{target.n_layer - 1}"
-                )
-        if self.vocab_size != target.n_vocab:
-            raise PairMismatchError(
-                f"drafter {p} has a vocabulary of {self.vocab_size} tokens, the target "
-                f"{target.n_vocab}"
-            )
-        rec = self.target_record
-        if rec["architecture"] and rec["architecture"] != target.architecture:
-            raise PairMismatchError(
-                f"drafter {p} was made for a '{rec['architecture']}' target, not "
-                f"'{target.architecture}'"
-            )
-        if rec["block_count"] and int(rec["block_count"]) != target.n_layer:
-            raise PairMismatchError(
-                f"drafter {p} was made for a target with {rec['block_count']} layers, "
-                f"{target.path} has {target.n_layer}"
-            )
-        if rec["vocab_fingerprint"] and rec["vocab_fingerprint"] != target.vocab_fingerprint:
-            raise PairMismatchError(f"drafter {p} was made for a target with a different tokenizer")
-        target.check_tappable()
+ENCODE_AT = 256  # queued tap rows that trigger an encode (bounds the queue's memory)
 
 
 class Drafter:
     """A loaded drafter bound to its target's context (it may borrow embeddings and head)."""
 
     def __init__(
-        self,
-        spec: DrafterSpec,
-        target: Target,
-        *,
-        n_batch: int,
-        n_threads: int,
-        n_gpu_layers: int,
-        kv_type: str = "f16",
-        flash_attn: bool | None = None,
-        n_seq_max: int = 1,
+        self, spec: DrafterSpec, target: Target, rt: RuntimeOptions, *, n_seq_max: int = 1
     ) -> None:
+        """n_seq_max: KV sequences for a draft tree's frontier (1: chains only)."""
+        rt = rt.checked()
         spec.check_pair(target)
         self.spec = spec
-        self.model = N.NativeModel(spec.path, n_gpu_layers=n_gpu_layers)
+        # read before loading anything: a bad norm tensor must not leak a model and context
+        self._out_norm = spec.output_norm_weight() if spec.norm_output else None
+        self.n_batch = min(rt.draft_batch, rt.n_batch)
+        self.model = N.NativeModel(spec.path, n_gpu_layers=rt.n_gpu_layers)
         try:
             self._check_loaded(target)
             self.ctx = N.NativeContext(
                 self.model,
                 n_ctx=target.n_ctx,
-                n_batch=n_batch,
-                n_threads=n_threads,
-                kv_type=kv_type,
-                flash_attn=flash_attn,
+                n_batch=self.n_batch,
+                n_threads=rt.threads,
+                kv_type=rt.kv_type,
+                flash_attn=rt.flash_attn,
                 ctx_other=target.ctx,
                 embeddings_nextn=True,
-                n_seq_max=n_seq_max,  # draft trees: a KV sequence per frontier node
+                n_seq_max=n_seq_max,
             )
         except BaseException:
             self.model.close()
             raise
         self.n_embd = self.model.n_embd
         self.n_vocab = target.n_vocab
-        self.n_batch = n_batch
         self.tap_width = len(spec.taps) * target.n_embd
-        self._enc_batch = N.Batch(n_batch, tokens=False, embd=self.tap_width)
-        self._dec_batch = N.Batch(n_batch, tokens=True, embd=self.n_embd)
-        self._out_norm = spec.output_norm_weight() if spec.norm_output else None
+        self._enc_batch = N.Batch(self.n_batch, tokens=False, embd=self.tap_width)
+        self._dec_batch = N.Batch(self.n_batch, tokens=True, embd=self.n_embd)
         self._draft_ids: np.ndarray | None | bool = False  # False: not yet known
+        # the cache: written positions [start, end), then queued pairs
+        self.start = 0
+        self.end = 0
+        self._pair_tokens: list[int] = []  # token of every pair from start on
+        self._queued_g: list[np.ndarray] = []  # encoded rows of queued pairs
+        self._queued_taps: list[np.ndarray] = []  # ... then taps not yet encoded
+        self._n_queued_taps = 0
+        self.t_flush = 0.0  # seconds the last flush took (the cost model's input)
 
     def _check_loaded(self, target: Target) -> None:
         if self.model.n_embd != self.spec.n_embd:
@@ -170,19 +81,89 @@ class Drafter:
             raise PairMismatchError(
                 f"drafter {self.spec.path} has {self.model.n_vocab} tokens, target {target.n_vocab}"
             )
-        n = N.model_target_layer_ids_n(self.model.ptr)
-        ids = N.model_target_layer_ids(self.model.ptr)
-        if tuple(ids[i] for i in range(n)) != self.spec.taps:
+        if self.model.target_layer_ids() != self.spec.taps:
             raise ModelFileError(f"{self.spec.path}: llama.cpp reads different tap ids")
         # No recorded target (e.g. made by llama.cpp's converter): compare the tokenizers.
         recorded = self.spec.target_record["vocab_fingerprint"]
-        if (
-            recorded is None
-            and vocab_fingerprint(N.vocab_texts(self.model)) != target.vocab_fingerprint
+        if recorded is None and vocab_fingerprint(self.model.vocab_texts()) != (
+            target.vocab_fingerprint
         ):
             raise PairMismatchError(
                 f"drafter {self.spec.path} carries a different tokenizer than {target.path}"
             )
+
+    # --- the cache ---------------------------------------------------------------------------
+
+    @property
+    def next_pos(self) -> int:
+        """The position of the next pair to queue (while fed, the target's cache length)."""
+        return self.start + len(self._pair_tokens)
+
+    def queue(self, tokens: Sequence[int], taps: np.ndarray) -> None:
+        """Queue pairs (tokens[i], g of taps[i]) at the next positions; taps are encoded in bulk
+        later (or now, when many are waiting)."""
+        self._pair_tokens.extend(int(t) for t in tokens)
+        self._queued_taps.append(taps)
+        self._n_queued_taps += taps.shape[0]
+        if self._n_queued_taps >= ENCODE_AT:
+            self._encode_queued()
+
+    def _encode_queued(self) -> None:
+        if self._queued_taps:
+            q = self._queued_taps
+            self._queued_g.append(self.encode(np.concatenate(q) if len(q) > 1 else q[0]))
+            self._queued_taps, self._n_queued_taps = [], 0
+
+    def flush(self) -> tuple[np.ndarray, np.ndarray]:
+        """Write the queued pairs; return the last row's logits (a view) and feedback state:
+        the distribution and input of the first draft position."""
+        t0 = perf_counter()
+        self._encode_queued()
+        g = np.concatenate(self._queued_g) if len(self._queued_g) > 1 else self._queued_g[0]
+        tokens = self._pair_tokens[self.end - self.start :]
+        logits, h = self.decode(tokens, g, self.end)
+        self.end += len(tokens)
+        self._queued_g = []
+        self.t_flush = perf_counter() - t0
+        return logits, h
+
+    def rewind(self, pos: int | None = None) -> None:
+        """Forget the draft states written after the pairs (positions >= end, or >= pos)."""
+        self.ctx.seq_rm(self.end if pos is None else pos)
+
+    def restart(self, pos: int) -> None:
+        """An empty cache whose first pair will sit at pos (after a stretch without taps, the
+        drafter restarts from there and attends only to what follows)."""
+        self.ctx.clear()
+        self.start = self.end = pos
+        self._pair_tokens = []
+        self._queued_g, self._queued_taps, self._n_queued_taps = [], [], 0
+
+    def reusable(self, tokens: Sequence[int], limit: int) -> int:
+        """The first position, up to limit, whose pair is missing for a history of these
+        tokens: pair P is valid while it carries tokens[P + 1]. limit when the cache starts
+        at or after limit (it restarts there)."""
+        if self.start >= limit:
+            return limit
+        p, stop = self.start, min(limit, self.next_pos, len(tokens) - 1)
+        while p < stop and self._pair_tokens[p - self.start] == tokens[p + 1]:
+            p += 1
+        return p
+
+    def keep(self, pos: int) -> None:
+        """Keep the pairs before pos, written or queued; forget the rest."""
+        if pos < self.start:
+            self.restart(pos)
+            return
+        if pos < self.end:
+            self.ctx.seq_rm(pos)
+            self.end = pos
+        self._encode_queued()
+        n_written = self.end - self.start
+        if self._queued_g:
+            g = np.concatenate(self._queued_g)[: max(0, pos - self.end)]
+            self._queued_g = [g] if len(g) else []
+        del self._pair_tokens[max(pos - self.start, n_written) :]
 
     # --- the two graphs ----------------------------------------------------------------------
 
@@ -200,10 +181,10 @@ class Drafter:
             # The encoder ignores positions, but llama.cpp wants them right after the cache.
             b.set(m, self.ctx.seq_pos_max() + 1, all_logits=True)
             self.ctx.encode(b, "drafter encoder")
-            out[i : i + m] = N.float_rows(N.get_embeddings_nextn(self.ctx.ptr), m, self.n_embd)
+            out[i : i + m] = self.ctx.nextn(m, self.n_embd)
         return out
 
-    def _decode_chunks(self, tokens: list[int], embd: np.ndarray, pos0: int) -> Iterator[int]:
+    def _decode_chunks(self, tokens: Sequence[int], embd: np.ndarray, pos0: int) -> Iterator[int]:
         """Decode pairs (token[i], embd[i]) at positions pos0.. in chunks of n_batch rows,
         yielding each chunk's offset; its rows are readable until the next chunk.
 
@@ -221,18 +202,16 @@ class Drafter:
             yield i
 
     def decode(
-        self, tokens: list[int], embd: np.ndarray, pos0: int
+        self, tokens: Sequence[int], embd: np.ndarray, pos0: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Decode pairs; return the last row's logits (a view, valid until the next decode)
         and its feedback state (a copy)."""
         for i in self._decode_chunks(tokens, embd, pos0):
             last = len(tokens) - 1 - i  # the last row's index within the final chunk
-        lg = self.ctx.logits_ith(last, self.n_vocab)
-        h = N.get_embeddings_nextn_ith(self.ctx.ptr, last)
-        return lg, self.feedback(N.float_rows(h, 1, self.n_embd)[0])
+        return self.ctx.logits_ith(last), self.feedback(self.ctx.nextn_ith(last, self.n_embd))
 
     def decode_all(
-        self, tokens: list[int], embd: np.ndarray, pos0: int
+        self, tokens: Sequence[int], embd: np.ndarray, pos0: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Like decode, but logits and pre-norm states of every row (copies): for checks."""
         n = len(tokens)
@@ -240,13 +219,23 @@ class Drafter:
         hs = np.empty((n, self.n_embd), dtype=np.float32)
         for i in self._decode_chunks(tokens, embd, pos0):
             m = min(self.n_batch, n - i)
-            logits[i : i + m] = N.float_rows(N.C.llama_get_logits(self.ctx.ptr), m, self.n_vocab)
+            logits[i : i + m] = self.ctx.logits(m)
             for j in range(m):
-                row = N.get_embeddings_nextn_ith(self.ctx.ptr, j)
-                hs[i + j] = N.float_rows(row, 1, self.n_embd)[0]
+                hs[i + j] = self.ctx.nextn_ith(j, self.n_embd)
         return logits, hs
 
-    def decode_rows(
+    # --- draft trees: one KV sequence per frontier node ----------------------------------------
+
+    def branch(self, parent_seq: int, seq: int) -> None:
+        """Make seq hold exactly what parent_seq holds (a frontier node's ancestors)."""
+        self.ctx.seq_drop(seq)
+        self.ctx.seq_cp(parent_seq, seq)
+
+    def drop_branches(self, seqs: Sequence[int]) -> None:
+        for s in seqs:
+            self.ctx.seq_drop(s)
+
+    def decode_frontier(
         self, tokens: list[int], embd: np.ndarray, pos: int, seqs: list[int]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Decode one pair per sequence, all at position pos (a draft tree's frontier); return
@@ -258,8 +247,9 @@ class Drafter:
         b.embd[:n] = embd
         b.set_rows(np.full(n, pos, dtype=np.int32), np.asarray(seqs, dtype=np.int32))
         self.ctx.decode(b, "drafter decoder (tree)")
-        logits = N.float_rows(N.C.llama_get_logits(self.ctx.ptr), n, self.n_vocab)
-        return logits, N.float_rows(N.get_embeddings_nextn(self.ctx.ptr), n, self.n_embd)
+        return self.ctx.logits(n), self.ctx.nextn(n, self.n_embd)
+
+    # --- outputs -------------------------------------------------------------------------------
 
     def draft_ids(self, logits: np.ndarray) -> np.ndarray | None:
         """Target ids the drafter can propose: llama.cpp fills the rest of a reduced (d2t) draft
@@ -275,12 +265,6 @@ class Drafter:
         if self._out_norm is None:
             return np.array(h, dtype=np.float32)
         return rms_norm(h, self.spec.eps) * self._out_norm
-
-    def truncate(self, n_keep: int) -> None:
-        self.ctx.seq_rm(n_keep)
-
-    def clear(self) -> None:
-        self.ctx.clear()
 
     def close(self) -> None:
         self.ctx.close()

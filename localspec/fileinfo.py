@@ -12,7 +12,7 @@ import gguf
 
 from . import _native as N
 from . import gguf_keys as K
-from .drafter import DrafterSpec
+from .drafter_spec import DrafterSpec
 
 
 def _type_name(ggml_type: int) -> str:
@@ -140,10 +140,11 @@ def format_info(info: dict[str, Any]) -> str:
 def check_pairing(drafter_path: str, target_path: str) -> str | None:
     """None when the drafter pairs with the target, else the reason it does not."""
     from .errors import LocalspecError
+    from .options import RuntimeOptions
     from .target import Target
 
     spec = DrafterSpec(drafter_path)
-    target = Target(target_path, n_ctx=256, n_batch=32, n_threads=1, n_gpu_layers=0)
+    target = Target(target_path, RuntimeOptions(n_ctx=256, n_batch=32, n_threads=1))
     try:
         spec.check_pair(target)
     except LocalspecError as exc:

@@ -1,12 +1,9 @@
 """One speculative step, chain form: draft k tokens, verify them in one target decode, accept.
 
-Conventions (those of llama.cpp's EAGLE-3 driver):
-- the target's KV holds positions 0..n-1; ``last`` is the token at position n, already chosen
-  and emitted but not yet decoded by the target;
-- drafter KV position P holds the pair (token[P+1], g[P]) where g[P] = fc(taps of position P).
-  Pairs not yet written wait in a queue, with their taps not yet encoded (so steps that do not
-  draft cost the drafter nothing); the last queued pair is (last, g[n-1]), whose decoder output
-  is the first draft.
+Conventions (those of llama.cpp's EAGLE-3 driver): the target's cache holds positions 0..n-1;
+``last`` is the token at position n, already chosen and emitted but not yet decoded by the
+target; the drafter's queue ends with the pair (last, g[n-1]), whose decoder output is the
+first draft (see drafter.py).
 
 Sampling is lossless by speculative rejection sampling (Leviathan et al. 2023; Chen et al.
 2023): draft d ~ q (the drafter's distribution under the same temperature/top-k/top-p), accept
@@ -31,44 +28,8 @@ GREEDY = SamplingParams()
 
 
 @dataclass
-class ChainState:
-    n: int  # target KV holds positions 0..n-1
-    last: int  # token at position n, chosen but not yet decoded by the target
-    drafter_n: int = 0  # drafter KV holds positions 0..drafter_n-1
-    queue_tokens: list[int] = field(default_factory=list)  # pairs not yet written to the drafter
-    queue_g: list[np.ndarray] = field(default_factory=list)  # ... their g rows, encoded
-    queue_taps: list[np.ndarray] = field(default_factory=list)  # ... then taps not yet encoded
-    _n_taps: int = 0  # rows in queue_taps (a counter: this runs every step)
-    t_flush: float = 0.0  # seconds the last flush_queue took (the cost model's input)
-    gap_cells: int = 0  # target KV cells held by rejected tree nodes (see tree.tree_step)
-    dormant: bool = False  # auto: drafter not fed (taps off) while no drafting can pay
-
-    def queue(self, drafter: Drafter, tokens: list[int], taps: np.ndarray) -> None:
-        """Queue pairs; taps are encoded in bulk later (or now, when many are pending)."""
-        self.queue_tokens.extend(tokens)
-        self.queue_taps.append(taps)
-        self._n_taps += taps.shape[0]
-        if self._n_taps >= ENCODE_AT:
-            self.encode_pending(drafter)
-
-    def encode_pending(self, drafter: Drafter) -> None:
-        if self.queue_taps:
-            taps = (
-                np.concatenate(self.queue_taps) if len(self.queue_taps) > 1 else self.queue_taps[0]
-            )
-            self.queue_g.append(drafter.encode(taps))
-            self.queue_taps, self._n_taps = [], 0
-
-    def clear_queue(self) -> None:
-        self.queue_tokens, self.queue_g, self.queue_taps, self._n_taps = [], [], [], 0
-
-
-ENCODE_AT = 256  # pending tap rows that trigger an encode (bounds the queue's memory)
-
-
-@dataclass
 class StepResult:
-    tokens: list[int]  # emitted: accepted drafts, then the target's own token
+    tokens: list[int]  # emitted: accepted drafts, then the target's own token (the new last)
     n_drafted: int
     n_accepted: int
     t_target: float
@@ -76,6 +37,7 @@ class StepResult:
     # (draft depth, rank of the emitted token among the drafter's candidates there) for every
     # position where the drafter's distribution was computed: what the cost model learns from
     ranks: list[tuple[int, int]] = field(default_factory=list)
+    t_flush: float = 0.0  # of t_draft: writing the queued pairs
 
 
 def pick(
@@ -95,22 +57,8 @@ def rank_of(candidates: np.ndarray, token: int) -> int:
     return int(hit[0]) if hit.size else len(candidates)
 
 
-def flush_queue(drafter: Drafter, st: ChainState) -> tuple[np.ndarray, np.ndarray]:
-    """Write the queued pairs to the drafter; return the last row's logits and feedback state
-    (the distribution and input of the first draft position)."""
-    t0 = perf_counter()
-    st.encode_pending(drafter)
-    g = np.concatenate(st.queue_g) if len(st.queue_g) > 1 else st.queue_g[0]
-    logits, h = drafter.decode(st.queue_tokens, g, st.drafter_n)
-    st.drafter_n += len(st.queue_tokens)
-    st.queue_tokens, st.queue_g = [], []
-    st.t_flush = perf_counter() - t0
-    return logits, h
-
-
 def draft_chain(
     drafter: Drafter,
-    st: ChainState,
     k: int,
     sp: SamplingParams,
     rng: np.random.Generator,
@@ -118,7 +66,8 @@ def draft_chain(
 ) -> tuple[list[int], list[np.ndarray | None]]:
     """Write the queued pairs and draft k tokens after ``last`` (drafter positions n, n+1...);
     keep_logits, when given, receives a copy of each position's drafter logits."""
-    logits, h = flush_queue(drafter, st)
+    logits, h = drafter.flush()
+    pos = drafter.end
     drafts, qs = [], []
     for j in range(k):
         d, q = pick(logits, sp, rng)
@@ -127,7 +76,7 @@ def draft_chain(
         if keep_logits is not None:
             keep_logits.append(logits.copy())
         if j < k - 1:
-            logits, h = drafter.decode([d], h[None, :], st.n + j)
+            logits, h = drafter.decode([d], h[None, :], pos + j)
     return drafts, qs
 
 
@@ -174,7 +123,7 @@ def accept_own_draws(
 def speculative_step(
     target: Target,
     drafter: Drafter | None,
-    st: ChainState,
+    last: int,
     k: int,
     sp: SamplingParams,
     draws: Draws,
@@ -188,42 +137,42 @@ def speculative_step(
     by the target's own position-keyed draws (greedy drafts); else, when sampling, by
     rejection sampling of drafts drawn from the drafter."""
     t0 = perf_counter()
+    n = target.n
     drafts: list[int] = []
     qs: list[np.ndarray | None] = []
     kept: list[np.ndarray] | None = [] if ranks else None
     rejection = not (own_draws or sp.greedy)
     if drafter is not None and k > 0:
         dsp = sp if rejection else GREEDY
-        drafts, qs = draft_chain(drafter, st, k, dsp, draws.rng, kept)
+        drafts, qs = draft_chain(drafter, k, dsp, draws.rng, kept)
     t1 = perf_counter()
 
-    logits = target.decode([st.last, *drafts], st.n, all_logits=True)
+    logits = target.decode([last, *drafts], all_logits=True)
     t2 = perf_counter()
     if rejection:
         m, y = accept(logits, drafts, qs, sp, draws.rng)
     else:
-        m, y = accept_own_draws(logits, drafts, sp, draws, st.n + 1)
+        m, y = accept_own_draws(logits, drafts, sp, draws, n + 1)
     if m < len(drafts):
-        target.truncate(st.n + m + 1)  # keep last, d1..dm at positions n..n+m
+        target.keep(n + m + 1)  # keep last, d1..dm at positions n..n+m
 
     t3 = perf_counter()
     if drafter is not None:
         taps = target.read_taps(m + 1)
         if drafts:
-            drafter.truncate(st.n)  # positions >= n held draft states, not target features
-            st.drafter_n = st.n
+            drafter.rewind()  # positions >= n held draft states, not target features
         # pairs for P = n..n+m: (token[P+1], g[P]) with token[n+1..n+m+1] = d1..dm, y
-        st.queue(drafter, [*drafts[:m], y], taps)
+        drafter.queue([*drafts[:m], y], taps)
     t4 = perf_counter()
 
     emitted = [*drafts[:m], y]
     res = StepResult(emitted, len(drafts), m, t2 - t1, (t1 - t0) + (t4 - t3))
+    if drafts and drafter is not None:
+        res.t_flush = drafter.t_flush
     if kept:
         # rank = how many draft-vocabulary logits beat the emitted token's
         res.ranks = [
             (i, int(np.count_nonzero(kept[i] > kept[i][emitted[i]])))
             for i in range(min(m + 1, len(kept)))
         ]
-    st.n += m + 1
-    st.last = y
     return res

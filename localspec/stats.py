@@ -18,6 +18,7 @@ class Stats:
     drafted_at: list[int] = field(default_factory=list)  # per draft position (0 = first)
     accepted_at: list[int] = field(default_factory=list)
     t_prefill: float = 0.0  # seconds: prompt processing (target and drafter)
+    t_calibrate: float = 0.0  # seconds auto spent timing this machine (first call; 0 when cached)
     t_target: float = 0.0  # seconds in target verify decodes
     t_draft: float = 0.0  # seconds in drafter encoder/decoder calls
     t_glue: float = 0.0  # the rest of the decoding loop (sampling, acceptance, bookkeeping)
@@ -67,6 +68,7 @@ class Stats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in (
             "t_prefill",
+            "t_calibrate",
             "t_target",
             "t_draft",
             "t_glue",
@@ -143,6 +145,7 @@ class Stats:
             "acceptance_at": self.acceptance_at,
             "tokens_per_s": self.tokens_per_s,
             "t_prefill": self.t_prefill,
+            "t_calibrate": self.t_calibrate,
             "t_target": self.t_target,
             "t_draft": self.t_draft,
             "t_glue": self.t_glue,

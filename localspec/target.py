@@ -1,65 +1,70 @@
-"""The target model: a GGUF model in a llama.cpp context whose hidden states can be tapped."""
+"""The target model in its llama.cpp context: decoding, its taps, and what its KV cache holds.
+
+The cache bookkeeping lives here: ``tokens`` is the token at every position of sequence 0 (the
+committed history that later calls can reuse), draft trees are verified in extra sequences,
+and cells of rejected tree nodes are parked in a gap sequence so that cell order stays the
+order plain decoding would have (see ``commit_tree``).
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 
 from . import _native as N
 from .errors import ContextFullError, UnsupportedModelError
 from .gguf_keys import TAPPABLE_ARCHS
+from .options import RuntimeOptions
 
 
 class Target:
     """Owns the target model and its context; decodes batches and exposes logits and taps."""
 
     def __init__(
-        self,
-        path: str,
-        *,
-        n_ctx: int,
-        n_batch: int,
-        n_threads: int,
-        n_gpu_layers: int,
-        kv_type: str = "f16",
-        flash_attn: bool | None = None,
-        n_seq: int = 1,
-        tree_nodes: int = 0,
+        self, path: str, rt: RuntimeOptions, *, n_seq: int = 1, tree_nodes: int = 0
     ) -> None:
+        """n_seq > 1: independent sequences, each in its own KV stream (training data);
+        tree_nodes > 0: draft trees of up to that many nodes can be verified."""
+        rt = rt.checked()
         self.path = path
         self.header = N.GGUFHeader(path)
         self.architecture = self.header.architecture or "unknown"
-        self.model = N.NativeModel(path, n_gpu_layers=n_gpu_layers)
+        self.model = N.NativeModel(path, n_gpu_layers=rt.n_gpu_layers)
+        # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
+        self.gap_seq = tree_nodes + 1
         try:
-            n_ctx_train = int(self.header.arch_key("context_length") or 0)
-            if n_ctx <= 0:
-                n_ctx = n_ctx_train or 4096
+            n_ctx = rt.n_ctx or int(self.header.arch_key("context_length") or 0) or 4096
             self.ctx = N.NativeContext(
                 self.model,
                 n_ctx=n_ctx,
-                n_batch=n_batch,
-                n_threads=n_threads,
-                kv_type=kv_type,
-                flash_attn=flash_attn,
+                n_batch=rt.n_batch,
+                n_threads=rt.threads,
+                kv_type=rt.kv_type,
+                flash_attn=rt.flash_attn,
                 # parallel sequences get a KV stream each, so attention stays per sequence;
                 # a draft tree needs one unified stream and a sequence id per leaf
-                n_seq_max=max(n_seq, tree_nodes + 2 if tree_nodes else 1),
+                n_seq_max=max(n_seq, self.gap_seq + 1 if tree_nodes else 1),
                 kv_unified=n_seq == 1,
             )
         except BaseException:
             self.model.close()
             raise
         self.n_ctx = self.ctx.n_ctx
-        self.n_batch = n_batch
+        self.n_batch = rt.n_batch
         self.n_vocab = self.model.n_vocab
         self.n_embd = self.model.n_embd
         self.n_layer = self.model.n_layer
+        self.tree_nodes = tree_nodes
         self.taps: tuple[int, ...] = ()
         self._taps_active = False
-        self._batch = N.Batch(n_batch)
+        self._batch = N.Batch(rt.n_batch)
         self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
         self._fingerprint: str | None = None
+        self.tokens: list[int] = []  # the token at each position of sequence 0
+        self._gaps: list[int] = []  # positions of cells parked in the gap sequence
+        self._tree: tuple[list[list[int]], list[int]] | None = None  # last verified tree
 
     # --- taps --------------------------------------------------------------------------------
 
@@ -88,49 +93,154 @@ class Target:
         if not self.taps or active == self._taps_active:
             return
         for lid in self.taps:
-            N.set_embeddings_layer_inp(self.ctx.ptr, lid, active)
+            self.ctx.keep_layer_input(lid, active)
         self._taps_active = active
+
+    @property
+    def taps_active(self) -> bool:
+        return self._taps_active
 
     def read_taps(self, n_rows: int) -> np.ndarray:
         """Concatenated taps [n_rows, len(taps) * n_embd] of the last decode (a copy)."""
         out = np.empty((n_rows, len(self.taps) * self.n_embd), dtype=np.float32)
         for j, lid in enumerate(self.taps):
-            rows = N.float_rows(N.get_embeddings_layer_inp(self.ctx.ptr, lid), n_rows, self.n_embd)
-            out[:, j * self.n_embd : (j + 1) * self.n_embd] = rows
+            out[:, j * self.n_embd : (j + 1) * self.n_embd] = self.ctx.layer_input(lid, n_rows)
         return out
 
-    # --- decoding ----------------------------------------------------------------------------
+    # --- decoding the history ------------------------------------------------------------------
 
-    def decode(self, tokens: list[int], pos0: int, *, all_logits: bool) -> np.ndarray:
-        """Decode tokens at positions pos0.. (at most n_batch); return a view of the logits:
-        one row per token with all_logits, else only the last row (valid until next decode)."""
+    @property
+    def n(self) -> int:
+        """Positions held in the cache (the next token is decoded at position n)."""
+        return len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool) -> np.ndarray:
+        """Decode tokens (at most n_batch) after the history; return a view of the logits: one
+        row per token with all_logits, else only the last row (valid until the next decode)."""
         n = len(tokens)
-        if pos0 + n > self.n_ctx:
+        if self.n + n > self.n_ctx:
             raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
         b = self._batch
         b.token[:n] = tokens
-        b.set(n, pos0, all_logits=all_logits)
+        b.set(n, self.n, all_logits=all_logits)
         self.ctx.decode(b, "target batch")
-        n_out = n if all_logits else 1
-        ptr = N.C.llama_get_logits(self.ctx.ptr)
-        return N.float_rows(ptr, n_out, self.n_vocab)
+        self.tokens.extend(int(t) for t in tokens)
+        return self.ctx.logits(n if all_logits else 1)
 
-    def decode_tree(self, tokens: list[int], pos: np.ndarray, seqs: list[list[int]]) -> np.ndarray:
-        """Decode a draft tree (row i at pos[i] in the sequences seqs[i]); logits of every row."""
+    def prefill(self, tokens: Sequence[int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Decode a prompt tail in n_batch chunks; the last row's logits (a view) and, when taps
+        are on, every row's taps."""
+        taps = []
+        logits = None
+        for a in range(0, len(tokens), self.n_batch):
+            chunk = tokens[a : a + self.n_batch]
+            logits = self.decode(chunk, all_logits=False)
+            if self._taps_active:
+                taps.append(self.read_taps(len(chunk)))
+        assert logits is not None, "prefill of no tokens"
+        return logits[0], (np.concatenate(taps) if taps else None)
+
+    def keep(self, n: int) -> None:
+        """Forget every position >= n (of the history and of parked gap cells)."""
+        if n < self.n or any(p >= n for p in self._gaps):
+            self.ctx.seq_rm(n)
+            if self._gaps:
+                self.ctx.seq_rm(n, -1, self.gap_seq)
+        del self.tokens[n:]
+        self._gaps = [p for p in self._gaps if p < n]
+
+    def clear(self) -> None:
+        self.ctx.clear()
+        self.tokens.clear()
+        self._gaps.clear()
+
+    def reusable(self, tokens: Sequence[int]) -> int:
+        """How many leading positions of the cache a prompt of these tokens can keep: the
+        common prefix, less at least the last token (its logits must be computed)."""
+        limit = min(self.n, len(tokens) - 1)
+        i = 0
+        while i < limit and self.tokens[i] == tokens[i]:
+            i += 1
+        return i
+
+    # --- draft trees ---------------------------------------------------------------------------
+
+    @property
+    def gap_cells(self) -> int:
+        return len(self._gaps)
+
+    def room(self, cells: int) -> int:
+        """Free cells for a draft tree, releasing the parked gap cells when fewer than `cells`
+        remain (later tokens may then round differently from plain decoding, rather than
+        stopping early)."""
+        free = self.n_ctx - self.n - len(self._gaps)
+        if self._gaps and free < cells:
+            self.ctx.seq_drop(self.gap_seq)
+            self._gaps.clear()
+            free = self.n_ctx - self.n
+        return free
+
+    def verify_tree(
+        self, root: int, tokens: list[int], depths: list[int], parents: list[int]
+    ) -> np.ndarray:
+        """Decode the chosen-but-undecoded root token and a draft tree after the history, each
+        node at position n + depth, in one batch; logits of every row (root first)."""
         b = self._tree_batch
-        n = len(tokens)
+        n = len(tokens) + 1
         if b is None or n > b.capacity:
             raise ValueError(f"tree of {n} rows exceeds this target's tree capacity")
+        pos = np.array([self.n] + [self.n + d for d in depths], dtype=np.int32)
         if int(pos.max()) >= self.n_ctx:
             raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
-        b.token[:n] = tokens
+        leaves, seqs = leaf_sequences(parents)
+        for s in range(1, len(leaves) + 1):
+            self.ctx.seq_cp(0, s, 0, self.n)  # each leaf's sequence sees the whole history
+        b.token[:n] = [root, *tokens]
         b.set_tree(pos, seqs)
         self.ctx.decode(b, "target tree batch")
-        return N.float_rows(N.C.llama_get_logits(self.ctx.ptr), n, self.n_vocab)
+        self._tree = (seqs, depths)
+        return self.ctx.logits(n)
 
-    def truncate(self, n_keep: int) -> None:
-        """Forget KV positions >= n_keep."""
-        self.ctx.seq_rm(n_keep)
+    def commit_tree(self, root: int, path: list[int], tokens: list[int]) -> None:
+        """Keep the root and the accepted path (node indices, root to deepest) of the last
+        verified tree as history; free the rest.
+
+        Rejected nodes whose cells lie between accepted ones stay occupied, parked in the gap
+        sequence (masked for the history) until the cache is cut below them: freed, later tokens
+        would land in them and attention would sum the cache in another order than plain
+        decoding does, which with an f16 cache moves logits by ~0.1 and flips near-ties. Rows
+        map to consecutive cells."""
+        assert self._tree is not None, "commit_tree without verify_tree"
+        seqs, depths = self._tree
+        n, m = self.n, len(path)
+        keep_seq = seqs[path[-1] + 1][0] if path else seqs[0][0]
+        self.ctx.seq_rm(n + m + 1, -1, keep_seq)
+        self.ctx.seq_cp(keep_seq, 0, n, n + m + 1)
+        on_path = set(path)
+        for i in range(path[-1] if path else -1):
+            if i not in on_path:
+                p = n + depths[i]
+                self.ctx.seq_cp(seqs[i + 1][0], self.gap_seq, p, p + 1)
+                self._gaps.append(p)
+        for s in range(1, len(seqs[0]) + 1):
+            self.ctx.seq_drop(s)
+        self.tokens.append(root)
+        self.tokens.extend(tokens[i] for i in path)
+        self._tree = None
+
+    # --- independent sequences (training data) -------------------------------------------------
+
+    def decode_rows(self, tokens: Sequence[int], pos: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """Decode rows of independent sequences (not the history); logits of every row."""
+        b = self._batch
+        n = len(tokens)
+        b.token[:n] = tokens
+        b.set_rows(pos, seqs)
+        self.ctx.decode(b, "target batch (parallel sequences)")
+        return self.ctx.logits(n)
+
+    def forget_sequence(self, seq: int) -> None:
+        self.ctx.seq_drop(seq)
 
     # --- vocabulary --------------------------------------------------------------------------
 
@@ -138,12 +248,30 @@ class Target:
     def vocab_fingerprint(self) -> str:
         """sha256 over every token text: two models with equal fingerprints tokenize alike."""
         if self._fingerprint is None:
-            self._fingerprint = vocab_fingerprint(N.vocab_texts(self.model))
+            self._fingerprint = vocab_fingerprint(self.model.vocab_texts())
         return self._fingerprint
 
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
+
+
+def leaf_sequences(parents: list[int]) -> tuple[list[int], list[list[int]]]:
+    """One KV sequence per leaf (ids 1..L): the leaves, and for each verify row (0: the root,
+    i+1: node i) the sequences of all leaves below it."""
+    has_child = [False] * len(parents)
+    for p in parents:
+        if p >= 0:
+            has_child[p] = True
+    leaves = [i for i in range(len(parents)) if not has_child[i]]
+    seqs: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for s, leaf in enumerate(leaves, start=1):
+        node = leaf
+        while node >= 0:
+            seqs[node + 1].append(s)
+            node = parents[node]
+        seqs[0].append(s)
+    return leaves, seqs
 
 
 def vocab_fingerprint(texts: list[bytes]) -> str:

@@ -35,12 +35,11 @@ import numpy as np
 from .drafter import Drafter
 from .errors import InvalidParameterError
 from .sampling import Draws, SamplingParams
-from .speculative import ChainState, StepResult, flush_queue, pick, rank_of
+from .speculative import StepResult, pick, rank_of
 from .target import Target
 
 MAX_TOP_K = 8
-MAX_TREE_NODES = 62  # verify batch of root + nodes; sequences: 0, one per leaf, GAP_SEQ
-GAP_SEQ = MAX_TREE_NODES + 1  # holds cells of rejected nodes kept to preserve cache order
+MAX_TREE_NODES = 62  # verify batch of root + nodes; sequences: 0, one per leaf, the gap one
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,11 @@ class TreeShape:
             raise InvalidParameterError(
                 f"tree budget must be in [1, {MAX_TREE_NODES}], got {self.budget}"
             )
+        if self.top_k == 1 and self.budget != self.depth:
+            # a top-1 tree is the chain of its budget: drafting deeper could never be verified
+            n = min(self.depth, self.budget)
+            object.__setattr__(self, "depth", n)
+            object.__setattr__(self, "budget", n)
 
     def clipped(self, depth: int) -> TreeShape:
         """The same shape drafted at most depth deep (near the token or context limit)."""
@@ -76,7 +80,7 @@ class TreeShape:
 
     def __str__(self) -> str:
         if self.is_chain:
-            return f"chain {min(self.depth, self.budget)}"
+            return f"chain {self.depth}"
         return f"tree {self.depth}x{self.top_k}/{self.budget}"
 
     @classmethod
@@ -119,10 +123,10 @@ def _top(drafter: Drafter, logits: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     return tok, top - lse
 
 
-def draft_tree(drafter: Drafter, st: ChainState, shape: TreeShape) -> DraftTree:
+def draft_tree(drafter: Drafter, shape: TreeShape) -> DraftTree:
     """Draft a dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...)."""
     k = shape.top_k
-    logits, h_root = flush_queue(drafter, st)
+    logits, h_root = drafter.flush()
     # every expanded node keeps its MAX_TOP_K best candidates, whatever k: the cost model's
     # rank buckets (rank_of: MAX_TOP_K means "not among them") must mean the same for all shapes
     n_keep_stats = MAX_TOP_K
@@ -138,20 +142,15 @@ def draft_tree(drafter: Drafter, st: ChainState, shape: TreeShape) -> DraftTree:
     states = np.repeat(h_root[None, :], k, axis=0)  # feedback state each frontier node is fed
     seq_of: dict[int, int] = {-1: 0}  # candidate -> drafter KV sequence holding its path
     banks = (list(range(1, k + 1)), list(range(k + 1, 2 * k + 1)))
-    pos = st.n
-    ctx = drafter.ctx
+    pos = drafter.end
     for d in range(1, shape.depth):
         # decode the frontier (depth d nodes) at position n + d - 1, each in a fresh sequence
         bank = banks[d % 2]
-        for s in bank:
-            ctx.seq_drop(s)
-        seqs = []
         for j, c in enumerate(frontier):
-            ctx.seq_cp(seq_of[cand_parent[c]], bank[j])
+            drafter.branch(seq_of[cand_parent[c]], bank[j])
             seq_of[c] = bank[j]
-            seqs.append(bank[j])
         toks = [cand_tok[c] for c in frontier]
-        rows_logits, rows_h = drafter.decode_rows(toks, states, pos + d - 1, seqs)
+        rows_logits, rows_h = drafter.decode_frontier(toks, states, pos + d - 1, bank[: len(toks)])
         tok, lp = _top(drafter, rows_logits, n_keep_stats)
         for j, c in enumerate(frontier):
             tree.expanded[c] = tok[j]
@@ -167,8 +166,7 @@ def draft_tree(drafter: Drafter, st: ChainState, shape: TreeShape) -> DraftTree:
         best = np.argsort(-child_lp, kind="stable")[:k]
         frontier = [first + int(b) for b in best]
         states = np.stack([drafter.feedback(rows_h[int(b) // k]) for b in best])
-    for s in (*banks[0], *banks[1]):
-        ctx.seq_drop(s)
+    drafter.drop_branches([*banks[0], *banks[1]])
 
     # rerank: the best `budget` candidates (ties: shallower first), then rows in depth-first
     # order with the better child first, so the drafter's own best chain takes the first rows
@@ -224,68 +222,32 @@ def _walk(
         node = nxt
 
 
-def leaf_sequences(parents: list[int]) -> tuple[list[int], list[list[int]]]:
-    """One KV sequence per leaf (ids 1..L): the leaves, and for each verify row (0: the root,
-    i+1: node i) the sequences of all leaves below it."""
-    has_child = [False] * len(parents)
-    for p in parents:
-        if p >= 0:
-            has_child[p] = True
-    leaves = [i for i in range(len(parents)) if not has_child[i]]
-    seqs: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for s, leaf in enumerate(leaves, start=1):
-        node = leaf
-        while node >= 0:
-            seqs[node + 1].append(s)
-            node = parents[node]
-        seqs[0].append(s)
-    return leaves, seqs
-
-
 def tree_step(
     target: Target,
     drafter: Drafter,
-    st: ChainState,
+    last: int,
     shape: TreeShape,
     sp: SamplingParams,
     draws: Draws,
 ) -> StepResult:
     """Draft a tree, verify it in one target decode, accept the longest matching path."""
     t0 = perf_counter()
-    tree = draft_tree(drafter, st, shape)
+    tree = draft_tree(drafter, shape)
+    t_flush = drafter.t_flush
     t1 = perf_counter()
-    n_nodes = len(tree.tokens)
-    leaves, seqs = leaf_sequences(tree.parents)
-    ctx = target.ctx
-    for s in range(1, len(leaves) + 1):
-        ctx.seq_cp(0, s, 0, st.n)
-    pos = np.array([st.n] + [st.n + d for d in tree.depths], dtype=np.int32)
-    logits = target.decode_tree([st.last, *tree.tokens], pos, seqs)
+    n = target.n
+    logits = target.verify_tree(last, tree.tokens, tree.depths, tree.parents)
     t2 = perf_counter()
-    out = _walk(tree, logits, sp, draws, st.n + 1)
-    m = len(out.path)
-    # keep the accepted path in sequence 0, free the rest
-    keep_seq = seqs[out.path[-1] + 1][0] if out.path else 1
-    ctx.seq_rm(st.n + m + 1, -1, keep_seq)
-    ctx.seq_cp(keep_seq, 0, st.n, st.n + m + 1)
-    # Rejected nodes whose cells lie between accepted ones stay occupied (masked for every
-    # real sequence) until the next prompt: freed, later tokens would land in them, and
-    # attention would sum the cache in another order than plain decoding does, which with an
-    # f16 cache moves logits by ~0.1 and flips near-ties. Rows map to consecutive cells.
-    last_row = out.path[-1] if out.path else -1
-    on_path = set(out.path)
-    for i in range(last_row):
-        if i not in on_path:
-            ctx.seq_cp(seqs[i + 1][0], GAP_SEQ, st.n + tree.depths[i], st.n + tree.depths[i] + 1)
-            st.gap_cells += 1
-    for s in range(1, len(leaves) + 1):
-        ctx.seq_drop(s)
+    out = _walk(tree, logits, sp, draws, n + 1)
+    target.commit_tree(last, out.path, tree.tokens)
 
     t3 = perf_counter()
     rows = [0] + [i + 1 for i in out.path]
     accepted = [tree.tokens[i] for i in out.path]
-    st.queue(drafter, [*accepted, out.y], target.read_taps(rows[-1] + 1)[rows])
+    drafter.queue([*accepted, out.y], target.read_taps(rows[-1] + 1)[rows])
     t4 = perf_counter()
-    st.n += m + 1
-    st.last = out.y
-    return StepResult([*accepted, out.y], n_nodes, m, t2 - t1, (t1 - t0) + (t4 - t3), out.ranks)
+    res = StepResult(
+        [*accepted, out.y], len(tree.tokens), len(out.path), t2 - t1, (t1 - t0) + (t4 - t3)
+    )
+    res.ranks, res.t_flush = out.ranks, t_flush
+    return res

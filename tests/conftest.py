@@ -13,6 +13,13 @@ import tinymodels as tm  # noqa: E402
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 1024}
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test calibrates afresh: a stored calibration from another test (or from the
+    user's own runs) must not stand in for timings a test controls."""
+    monkeypatch.setenv("LOCALSPEC_CACHE_DIR", os.path.join(str(tmp_path), "cache"))
+
+
 @pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("models")

@@ -10,6 +10,7 @@ import localspec
 
 import tinymodels as tm
 from conftest import EXACT
+from greedy import assert_greedy_lossless
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +43,15 @@ def test_utf8_never_split(eng) -> None:
     for seed in range(5):
         evs = list(eng.generate(prompt * 2, max_tokens=150, temperature=1.5, seed=seed))
         tokens = [t for ev in evs for t in ev.tokens]
-        whole = b"".join(eng._piece(t) for t in tokens).decode("utf-8", errors="replace")
+        whole = eng.detokenize(tokens)
         assert "".join(ev.text for ev in evs) == whole
 
 
 def test_multibyte_characters_arrive_whole(agree) -> None:
     # tokens 0xC3 0xA9 ('é') split across two events must come out as one character
-    from localspec.engine import _TextStream
+    from localspec.textstream import TextStream
 
-    ts = _TextStream([])
+    ts = TextStream([])
     assert not ts.feed(b"\xc3")
     assert ts.take(final=False) == ""
     ts.feed(b"\xa9x")
@@ -65,6 +66,20 @@ def test_stop_string_cuts_text(agree) -> None:
         assert c.text == "def"
         c = e.complete("abc", max_tokens=100, stop="zab", n_draft=0)
         assert c.text == "defghijklmnopqrstuvwxy"
+
+
+def test_stop_string_ending_inside_a_multi_token_step(agree) -> None:
+    # the prompt's step emits "d"; the first speculative step accepts all 6 drafts (e..j) and
+    # adds k: "ghi" completes at its fifth token, so the step's last two tokens are dropped
+    target, draft = agree
+    with localspec.load(target, draft=draft, **EXACT) as e:
+        evs = list(e.generate("abc", max_tokens=100, stop="ghi", n_draft=6))
+        st = e.last_stats
+    assert [ev.tokens for ev in evs] == [[ord("d")], list(b"efghi")]
+    assert evs[-1].finish_reason == "stop" and evs[-1].accepted == [True] * 5
+    assert "".join(ev.text for ev in evs) == "def"
+    assert st.steps == 1 and st.accepted == 6  # the step itself accepted every draft
+    assert st.generated == 6
 
 
 @pytest.mark.parametrize("k", [0, 1, 3, 8])
@@ -82,9 +97,7 @@ def test_context_full_ends_cleanly(models) -> None:
     with localspec.load(models["target"], draft=models["draft"], **{**EXACT, "n_ctx": 64}) as e:
         c = e.complete("hello", max_tokens=500, n_draft=4)
         assert c.finish_reason == "context_full"
-        plain = e.complete("hello", max_tokens=500, n_draft=0)
-        assert plain.finish_reason == "context_full"
-        assert c.tokens == plain.tokens
+        assert_greedy_lossless(e, "hello", c)
         # the context fills up, and the target's prediction after its last position is emitted too
         assert len(e.tokenize("hello")) + len(c.tokens) == e.target.n_ctx + 1
 
@@ -111,22 +124,32 @@ def test_propose_matches_manual_draft(agree) -> None:
 
 def test_stats_cumulate(models) -> None:
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as e:
-        a = e.complete("hello", max_tokens=30, n_draft=3).stats
-        b = e.complete("world", max_tokens=20, n_draft=3).stats
+        evs_a = list(e.generate("hello", max_tokens=30, n_draft=3))
+        a = e.last_stats
+        evs_b = list(e.generate("world", max_tokens=20, n_draft=3))
+        b = e.last_stats
         s = e.stats
         assert s.generations == 2
-        assert s.generated == a.generated + b.generated
+        assert s.generated == a.generated + b.generated == 50
         assert s.steps == a.steps + b.steps
-        assert s.drafted == a.drafted + b.drafted == 3 * (a.steps + b.steps) - _tail_cut(a, b)
+        # every step drafts k = 3, except that none drafts past max_tokens
+        assert a.drafted == _drafted(evs_a, 3, 30) and b.drafted == _drafted(evs_b, 3, 20)
+        assert s.drafted == a.drafted + b.drafted and s.accepted == a.accepted + b.accepted
+        assert s.accepted == sum(sum(ev.accepted) for ev in evs_a + evs_b)
         assert len(s.acceptance_at) == 3
         assert s.tau == pytest.approx((s.accepted + s.steps) / s.steps)
         assert s.t_target > 0 and s.t_draft > 0 and s.t_glue > 0
         assert a.tokens_per_s > 0
 
 
-def _tail_cut(a, b) -> int:
-    # the final steps draft fewer tokens so as not to overshoot max_tokens
-    return 3 * (a.steps + b.steps) - (a.drafted + b.drafted)
+def _drafted(evs, k: int, max_tokens: int) -> int:
+    """Drafts a run must have made: each step after the prompt's drafts min(k, tokens left - 1)
+    (events: the prompt's token, then one per step)."""
+    done, drafted = len(evs[0].tokens), 0
+    for ev in evs[1:]:
+        drafted += min(k, max_tokens - done - 1)
+        done += len(ev.tokens)
+    return drafted
 
 
 def test_drafter_found_next_to_target(models, tmp_path) -> None:
@@ -148,6 +171,26 @@ def test_recorded_drafter_found_by_header(models, tmp_path) -> None:
     with localspec.load(t, **EXACT) as e:
         assert e.draft_path == str(tmp_path / "some-drafter.gguf")
         assert "EAGLE-3.1" in e.drafter_note
+
+
+def test_sibling_drafters_for_another_target_are_passed_over(models, tmp_path) -> None:
+    """A drafter recorded for another model of the same family (same tokenizer, another layer
+    count: a Qwen3-8B drafter beside Qwen3-1.7B) is never picked, by any name."""
+    t = str(tmp_path / "m.gguf")
+    shutil.copy(models["target"], t)
+    bigger = tm.TargetShape(n_layer=6)
+    other = tm.write_target(str(tmp_path / "elsewhere.bin"), bigger)
+    tm.write_drafter(str(tmp_path / "another-model.eagle3.gguf"), other, target=bigger)
+    with localspec.load(t, **EXACT) as e:
+        assert e.drafter is None
+        assert "another-model.eagle3.gguf" in e.drafter_note and "layers 6" in e.drafter_note
+    shutil.copy(str(tmp_path / "another-model.eagle3.gguf"), str(tmp_path / "m.eagle3.gguf"))
+    with localspec.load(t, **EXACT) as e:  # even under the target's own drafter name
+        assert e.drafter is None and "m.eagle3.gguf (drafter" in e.drafter_note
+    shutil.copy(models["draft31"], str(tmp_path / "the-right-one.gguf"))
+    with localspec.load(t, **EXACT) as e:
+        assert e.draft_path == str(tmp_path / "the-right-one.gguf")
+        assert "passed over" in e.drafter_note
 
 
 def test_close_is_idempotent(models) -> None:

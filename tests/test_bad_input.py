@@ -161,8 +161,3 @@ def test_prompt_longer_than_context(models) -> None:
         pytest.raises(localspec.ContextFullError),
     ):
         eng.complete("word " * 200)
-
-
-def test_all_errors_are_localspec_errors() -> None:
-    for cls in (ModelFileError, PairMismatchError, UnsupportedModelError, InvalidParameterError):
-        assert issubclass(cls, LocalspecError)

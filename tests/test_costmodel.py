@@ -15,6 +15,7 @@ from localspec.drafter import Drafter
 from localspec.target import Target
 
 from conftest import EXACT
+from greedy import assert_greedy_lossless
 
 # measured on the project's 2-core CPU: SmolLM2 Q4_1, one decode of n tokens, t(n)/t(1)
 CPU_RATIO = {1: 1.0, 2: 1.64, 3: 2.23, 4: 2.89, 5: 3.63, 6: 3.18, 8: 4.0, 12: 6.7, 16: 8.5}
@@ -109,30 +110,29 @@ def test_a_size_first_met_while_generating_replaces_its_guess_without_moving_t1(
 
 def _slow_target(monkeypatch, cost) -> None:
     """Make every target decode of n rows take at least cost(n) seconds."""
-    decode, decode_tree = Target.decode, Target.decode_tree
+    decode, verify_tree = Target.decode, Target.verify_tree
 
-    def slow(self, tokens, pos0, *, all_logits):
+    def slow(self, tokens, *, all_logits):
         t0 = time.perf_counter()
-        out = decode(self, tokens, pos0, all_logits=all_logits)
+        out = decode(self, tokens, all_logits=all_logits)
         time.sleep(max(0.0, cost(len(tokens)) - (time.perf_counter() - t0)))
         return out
 
-    def slow_tree(self, tokens, pos, seqs):
+    def slow_tree(self, root, tokens, depths, parents):
         t0 = time.perf_counter()
-        out = decode_tree(self, tokens, pos, seqs)
-        time.sleep(max(0.0, cost(len(tokens)) - (time.perf_counter() - t0)))
+        out = verify_tree(self, root, tokens, depths, parents)
+        time.sleep(max(0.0, cost(len(tokens) + 1) - (time.perf_counter() - t0)))
         return out
 
     monkeypatch.setattr(Target, "decode", slow)
-    monkeypatch.setattr(Target, "decode_tree", slow_tree)
+    monkeypatch.setattr(Target, "verify_tree", slow_tree)
 
 
 def test_engine_turns_speculation_off_when_verification_is_expensive(agree, monkeypatch) -> None:
     _slow_target(monkeypatch, lambda n: 10e-3 * n + 10e-3 * (n - 1))
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
-        plain = eng.complete("abcdefgh", max_tokens=120, n_draft=0)
         auto = eng.complete("abcdefgh", max_tokens=120)
-    assert auto.tokens == plain.tokens
+        assert_greedy_lossless(eng, "abcdefgh", auto)
     st = auto.stats
     assert st.shapes.get("plain", 0) >= 0.9 * st.steps, st.shapes
 
@@ -142,9 +142,8 @@ def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
 ) -> None:
     _slow_target(monkeypatch, lambda n: 15e-3)  # a GPU-like flat curve
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
-        plain = eng.complete("abcdefgh", max_tokens=150, n_draft=0)
         auto = eng.complete("abcdefgh", max_tokens=150)
-    assert auto.tokens == plain.tokens
+        assert_greedy_lossless(eng, "abcdefgh", auto)
     st = auto.stats
     assert st.tau > 4, st.summary()
     depth = {s: int(re.match(r"\d+", s.split()[1]).group()) for s in st.shapes if s != "plain"}
@@ -179,23 +178,22 @@ def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeyp
 
     monkeypatch.setattr(Drafter, "decode", slow_drafter)
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
-        plain = eng.complete("the quick brown fox", max_tokens=100, n_draft=0)
         first = eng.complete("the quick brown fox", max_tokens=100)
-        assert first.tokens == plain.tokens
+        assert_greedy_lossless(eng, "the quick brown fox", first)
         assert any(s.startswith("chain") for s in first.stats.shapes)  # it probed
-        assert eng.cost.hopeless
+        assert eng.scheduler.cost.hopeless
         # It gave up right where the optimistic bound fell below the threshold, so timing
         # noise alone could wake it again. Record many more misses so that the sleep is
         # clear-cut on any machine.
         for _ in range(40):
-            eng.cost.acceptance.observe(0, cm.N_RANKS)
-        eng.cost._plan = None
+            eng.scheduler.cost.acceptance.observe(0, cm.N_RANKS)
+        eng.scheduler.cost._plan = None
         asleep = eng.complete("the quick brown fox", max_tokens=100)
-        assert asleep.tokens == plain.tokens
+        assert_greedy_lossless(eng, "the quick brown fox", asleep)
         assert asleep.stats.shapes == {"plain": asleep.stats.steps}
-        assert not eng.target._taps_active
-        eng.cost.acceptance.advance(20 * int(cm.HALF_LIFE))  # evidence fades
-        eng.cost._plan = None
+        assert not eng.target.taps_active
+        eng.scheduler.cost.acceptance.advance(20 * int(cm.HALF_LIFE))  # evidence fades
+        eng.scheduler.cost._plan = None
         again = eng.complete("the quick brown fox", max_tokens=100)
-        assert again.tokens == plain.tokens
+        assert_greedy_lossless(eng, "the quick brown fox", again)
         assert any(s.startswith("chain") for s in again.stats.shapes)

@@ -47,9 +47,9 @@ def test_encoder_and_decoder_match_reference(models, tmp_path, flags) -> None:
         tgt = eng.target
         tgt.set_taps_active(True)
         prompt = eng.tokenize("the quick brown fox jumps over")
-        tgt.ctx.clear()
-        dft.clear()
-        tgt.decode(prompt, 0, all_logits=False)
+        tgt.clear()
+        dft.restart(0)
+        tgt.decode(prompt, all_logits=False)
         taps = tgt.read_taps(len(prompt))
         g = dft.encode(taps)
         _close(g, ref.encode(taps))

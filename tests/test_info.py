@@ -42,12 +42,15 @@ def test_cli_info_text_and_pairing(models, capsys) -> None:
 
 def test_cli_info_reports_a_mismatch(models, tmp_path, capsys) -> None:
     wide = tm.write_target(str(tmp_path / "wide.gguf"), tm.TargetShape(n_embd=96))
-    assert main(["info", models["draft"], "--target", wide, "--json"]) == 0
+    # exit 1 with --json too: scripts that check the status must see the mismatch
+    assert main(["info", models["draft"], "--target", wide, "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["pairs_with"]["ok"] is False
     assert "hidden size" in data["pairs_with"]["problem"]
     assert main(["info", models["draft"], "--target", wide]) == 1
     assert "NO: drafter" in capsys.readouterr().out
+    assert main(["info", models["draft"], "--target", models["target"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pairs_with"]["ok"] is True
 
 
 def test_cli_info_bad_file(tmp_path, capsys) -> None:

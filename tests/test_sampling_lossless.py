@@ -16,6 +16,7 @@ import tinymodels as tm
 from conftest import EXACT
 
 SP = {"temperature": 30.0, "top_k": 3}
+SP_TOP_P = {"temperature": 15.0, "top_p": 0.4}  # a nucleus of 2 to ~12 tokens per position
 N_SAMPLES = 3000
 LEN = 3
 
@@ -25,16 +26,16 @@ def chi2_critical(df: int, z: float = 3.09) -> float:
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
-def exact_distribution(eng, prompt: list[int]) -> dict[tuple[int, ...], float]:
+def exact_distribution(eng, prompt: list[int], sp_kw: dict = SP) -> dict[tuple[int, ...], float]:
     """P(t1, t2, t3) from the target's own logits, one context at a time (a sequence ends
     early at an end-of-generation token, which is not emitted)."""
-    sp = SamplingParams(**SP)
+    sp = SamplingParams(**sp_kw)
     tgt = eng.target
     tgt.set_taps_active(False)
 
     def dist(ctx: list[int]) -> np.ndarray:
-        tgt.ctx.clear()
-        return probs(np.array(tgt.decode(ctx, 0, all_logits=False)[0]), sp)
+        tgt.clear()
+        return probs(np.array(tgt.decode(ctx, all_logits=False)[0]), sp)
 
     out: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(LEN):
@@ -45,20 +46,20 @@ def exact_distribution(eng, prompt: list[int]) -> dict[tuple[int, ...], float]:
                 continue
             p = dist(prompt + list(seq))
             for t in np.nonzero(p)[0]:
-                key = (*seq, -1) if eng._eog[t] else (*seq, int(t))
+                key = (*seq, -1) if eng.eog[t] else (*seq, int(t))
                 nxt[key] = nxt.get(key, 0.0) + pr * p[t]
         out = nxt
     return out
 
 
 def chi2_of_samples(
-    eng, prompt: list[int], expected: dict, **gen: object
+    eng, prompt: list[int], expected: dict, sp_kw: dict = SP, **gen: object
 ) -> tuple[float, int, float]:
     counts: dict[tuple[int, ...], int] = {}
     accepted = 0
     gen = gen or {"n_draft": 2}
     for seed in range(N_SAMPLES):
-        c = eng.complete(prompt, max_tokens=LEN, seed=seed, **SP, **gen)
+        c = eng.complete(prompt, max_tokens=LEN, seed=seed, **sp_kw, **gen)
         key = (*c.tokens, -1) if c.finish_reason == "eos" else tuple(c.tokens)
         counts[key] = counts.get(key, 0) + 1
         accepted += c.stats.accepted
@@ -96,6 +97,20 @@ def test_speculative_sampling_matches_target_distribution(noisy_pair) -> None:
         assert abs(sum(expected.values()) - 1) < 1e-9
         stat, df, acc = chi2_of_samples(eng, prompt, expected)
     # both paths ran: drafts were accepted and rejected
+    assert 0.2 < acc / 2 < 0.95, acc
+    assert df >= 5
+    assert stat < chi2_critical(df), (stat, df)
+
+
+def test_speculative_sampling_with_top_p_matches_target_distribution(noisy_pair) -> None:
+    """Rejection sampling with a nucleus: drafter and target distributions are both cut by
+    top_p before the acceptance test and the residual."""
+    target, draft = noisy_pair
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt, SP_TOP_P)
+        assert abs(sum(expected.values()) - 1) < 1e-9
+        stat, df, acc = chi2_of_samples(eng, prompt, expected, SP_TOP_P)
     assert 0.2 < acc / 2 < 0.95, acc
     assert df >= 5
     assert stat < chi2_critical(df), (stat, df)

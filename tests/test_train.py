@@ -24,6 +24,7 @@ from localspec.converters.convert import convert  # noqa: E402
 from localspec.converters.formats import canonical_name, parse_config  # noqa: E402
 from localspec.converters.reference import TorchEagle3  # noqa: E402
 from localspec.errors import InvalidParameterError, LocalspecError  # noqa: E402
+from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.target import Target  # noqa: E402
 from localspec.training import FeatureConfig, TrainConfig, train  # noqa: E402
 from localspec.training.features import load_sequences  # noqa: E402
@@ -91,13 +92,13 @@ def test_features_match_a_plain_single_sequence_decode(pair, trained):
     out, _ = trained
     seqs = load_sequences(os.path.join(out, "data"))
     assert len(seqs) >= 40
-    t = Target(target, n_ctx=512, n_batch=512, n_threads=2, n_gpu_layers=0)
+    t = Target(target, RuntimeOptions(n_ctx=512, n_batch=512, n_threads=2))
     try:
         t.enable_taps(TAPS)
         for s in seqs[:6]:
             n = len(s.taps)
-            t.truncate(0)
-            logits = t.decode([int(x) for x in s.tokens[:n]], 0, all_logits=True).copy()
+            t.clear()
+            logits = t.decode([int(x) for x in s.tokens[:n]], all_logits=True).copy()
             taps = t.read_taps(n)
             np.testing.assert_allclose(s.taps.astype(np.float32), taps, rtol=2e-2, atol=2e-2)
             assert (s.label_ids[:, 0] == logits.argmax(-1)).mean() > 0.98

@@ -8,11 +8,13 @@ import pytest
 
 import localspec
 from localspec.errors import InvalidParameterError
-from localspec.sampling import Draws, SamplingParams
-from localspec.stats import Stats
-from localspec.tree import GAP_SEQ, TreeShape, draft_tree, leaf_sequences
+from localspec.generation import Generation
+from localspec.sampling import SamplingParams
+from localspec.scheduler import Mode
+from localspec.tree import TreeShape, draft_tree
 
 from conftest import EXACT
+from greedy import F32_MARGIN, assert_greedy_lossless, replay_plain_greedy
 
 PROMPTS = ["the quick brown fox", "Once upon a time, there was", "x", "1 2 3 4 5 6 7 8 9 10"]
 SHAPES = [(1, 2, 2), (2, 2, 3), (4, 2, 6), (3, 4, 12), (6, 3, 20), (8, 8, 62)]
@@ -30,13 +32,12 @@ def engines(models, agree):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("pair", ["eagle3", "eagle3.1", "agree"])
-def test_tree_greedy_equals_plain(engines, pair, shape) -> None:
+def test_tree_greedy_is_plain_greedy(engines, pair, shape) -> None:
     eng = engines[pair]
     for prompt in PROMPTS:
-        plain = eng.complete(prompt, max_tokens=100, n_draft=0)
         spec = eng.complete(prompt, max_tokens=100, tree=shape)
-        assert spec.tokens == plain.tokens, prompt
-        assert spec.text == plain.text
+        assert len(spec.tokens) == 100 and spec.text == eng.detokenize(spec.tokens)
+        assert_greedy_lossless(eng, prompt, spec)
         assert spec.stats.mode == str(TreeShape(*shape))
     if pair == "agree":  # the agreeing drafter's trees are accepted deep
         assert spec.stats.tau > min(shape[0], 3), spec.stats.summary()
@@ -45,9 +46,8 @@ def test_tree_greedy_equals_plain(engines, pair, shape) -> None:
 def test_auto_greedy_equals_plain(engines) -> None:
     for eng in engines.values():
         for prompt in PROMPTS:
-            plain = eng.complete(prompt, max_tokens=80, n_draft=0)
             auto = eng.complete(prompt, max_tokens=80)  # n_draft="auto" is the default
-            assert auto.tokens == plain.tokens, prompt
+            assert_greedy_lossless(eng, prompt, auto)
             assert auto.stats.mode == "auto"
             assert sum(auto.stats.shapes.values()) == auto.stats.steps
 
@@ -57,8 +57,8 @@ def test_tree_leaves_both_caches_clean(engines) -> None:
     c = eng.complete("abcdefgh", max_tokens=50, tree=(5, 4, 24), add_special=False)
     n = len(eng.tokenize("abcdefgh", add_special=False)) + len(c.tokens) - 1
     # the target holds exactly the committed tokens in sequence 0, no tree sequence survives
-    assert eng.target.ctx.seq_pos_max(0) == n - 1
-    assert all(eng.target.ctx.seq_pos_max(s) == -1 for s in range(1, GAP_SEQ))
+    assert eng.target.ctx.seq_pos_max(0) == n - 1 == eng.target.n - 1
+    assert all(eng.target.ctx.seq_pos_max(s) == -1 for s in range(1, eng.target.gap_seq))
     assert all(eng.drafter.ctx.seq_pos_max(s) == -1 for s in range(1, 17))
 
 
@@ -67,16 +67,16 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     logits after decoding that node's path alone, one token at a time, in a fresh cache."""
     eng = engines["eagle3.1"]
     tokens = eng.tokenize("Once upon a time")
-    sp = SamplingParams()
-    eng.target.set_taps_active(True)
-    st = eng._prefill(tokens, eng.drafter, sp, Draws(0, len(tokens)), Stats())
-    tree = draft_tree(eng.drafter, st, TreeShape(4, 3, 14))
+    shape = TreeShape(4, 3, 14)
+    gen = Generation(
+        eng, tokens, max_tokens=8, sampling=SamplingParams(), seed=0, stops=[],
+        mode=Mode("tree", shape),
+    )  # fmt: skip
+    eng._current = gen
+    gen.prefill()
+    tree = draft_tree(eng.drafter, shape)
     assert len(tree.tokens) == 14 and max(tree.depths) >= 3
-    leaves, seqs = leaf_sequences(tree.parents)
-    for s in range(1, len(leaves) + 1):
-        eng.target.ctx.seq_cp(0, s, 0, st.n)
-    pos = np.array([st.n] + [st.n + d for d in tree.depths], dtype=np.int32)
-    got = eng.target.decode_tree([st.last, *tree.tokens], pos, seqs).copy()
+    got = eng.target.verify_tree(gen.last, tree.tokens, tree.depths, tree.parents).copy()
 
     def path(i: int) -> list[int]:
         out = []
@@ -86,13 +86,13 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
         return out[::-1]
 
     for row in range(15):
-        ctx = [*tokens, st.last] + (path(row - 1) if row else [])
-        eng.target.ctx.clear()
-        eng.target.decode(tokens, 0, all_logits=False)
-        for j, t in enumerate(ctx[len(tokens) :]):
-            want = eng.target.decode([t], len(tokens) + j, all_logits=False)[0]
+        ctx = [*tokens, gen.last] + (path(row - 1) if row else [])
+        eng.target.clear()
+        eng.target.decode(tokens, all_logits=False)
+        for t in ctx[len(tokens) :]:
+            want = eng.target.decode([t], all_logits=False)[0]
         np.testing.assert_allclose(got[row], want, atol=2e-4, rtol=1e-4)
-    eng.target.ctx.clear()
+    eng.reset()
 
 
 def test_tree_shapes_that_cannot_run_are_refused(models) -> None:
@@ -111,8 +111,7 @@ def test_tree_shapes_that_cannot_run_are_refused(models) -> None:
         with pytest.raises(InvalidParameterError, match="n_draft"):
             eng.complete("abc", max_tokens=4, n_draft="fast")
         # the largest shapes that fit still run, and stay lossless
-        plain = eng.complete("abc", max_tokens=40, n_draft=0)
-        assert eng.complete("abc", max_tokens=40, tree=(5, 3, 14)).tokens == plain.tokens
+        assert_greedy_lossless(eng, "abc", eng.complete("abc", max_tokens=40, tree=(5, 3, 14)))
 
 
 def test_auto_and_trees_respect_tiny_batches(models) -> None:
@@ -121,15 +120,55 @@ def test_auto_and_trees_respect_tiny_batches(models) -> None:
     for n_batch, draft_batch in ((2, 2), (4, 3), (8, 5)):
         opts = {**EXACT, "n_batch": n_batch, "draft_batch": draft_batch}
         with localspec.load(models["target"], draft=models["draft31"], **opts) as eng:
-            plain = eng.complete("the quick brown fox", max_tokens=40, n_draft=0)
-            auto = eng.complete("the quick brown fox", max_tokens=40)
-            assert auto.tokens == plain.tokens
-            chain = eng.complete("the quick brown fox", max_tokens=40, tree=(3, 1, 3))
-            assert chain.tokens == plain.tokens
+            for kw in ({}, {"tree": (3, 1, 3)}):  # auto, a top-1 tree
+                c = eng.complete("the quick brown fox", max_tokens=40, **kw)
+                assert_greedy_lossless(eng, "the quick brown fox", c)
 
 
 def test_a_tree_without_a_drafter_decodes_plainly(models) -> None:
     with localspec.load(models["target"], draft=False, **EXACT) as eng:
-        plain = eng.complete("abc", max_tokens=20, n_draft=0)
         tree = eng.complete("abc", max_tokens=20, tree=(4, 2, 8))
-    assert tree.tokens == plain.tokens and tree.stats.drafted == 0
+        assert tree.stats.drafted == 0 and tree.stats.shapes == {"plain": tree.stats.steps}
+        assert_greedy_lossless(eng, "abc", tree)
+
+
+def test_a_top1_tree_is_the_chain_of_its_budget() -> None:
+    shape = TreeShape(5, 1, 3)
+    assert (shape.depth, shape.budget, str(shape)) == (3, 3, "chain 3")
+    assert TreeShape(2, 1, 6) == TreeShape(2, 1, 2)
+
+
+def test_a_trees_acceptance_rule_does_not_depend_on_the_engines_n_draft(agree) -> None:
+    """tree=(D,1,B) accepts by the target's own position-keyed draws whatever n_draft the
+    engine was loaded with, so a seed gives plain sampling's text in both engines."""
+    target, draft = agree
+    kw = {"max_tokens": 40, "temperature": 1.0, "seed": 3, "tree": (5, 1, 3)}
+    texts = []
+    for n_draft in (4, "auto"):
+        with localspec.load(target, draft=draft, n_draft=n_draft, **EXACT) as eng:
+            c = eng.complete("abc", **kw)
+            assert max(c.stats.drafted_at and [len(c.stats.drafted_at)]) <= 3
+            assert set(c.stats.shapes) <= {"chain 3", "chain 2", "chain 1", "plain"}
+            texts.append(c.tokens)
+            kw_plain = {k: v for k, v in kw.items() if k != "tree"}
+            assert c.tokens == eng.complete("abc", n_draft=0, **kw_plain).tokens
+    assert texts[0] == texts[1]
+
+
+def test_a_tree_near_the_end_of_the_context(models) -> None:
+    """Wide trees until the context is full: rejected nodes between accepted ones park cells
+    in the gap sequence, which is given back when the room runs out; trees that no longer fit
+    fall back to chains; every token stays plain greedy's."""
+    with localspec.load(
+        models["target"], draft=models["draft31"], **{**EXACT, "n_ctx": 256}
+    ) as eng:
+        gaps, tokens = [], []
+        for ev in eng.generate("abc", max_tokens=1000, tree=(4, 3, 12)):
+            gaps.append(eng.target.gap_cells)
+            tokens += ev.tokens
+        assert ev.finish_reason == "context_full"
+        assert len(tokens) == eng.n_ctx - len(eng.tokenize("abc")) + 1
+        assert max(gaps) > 0 and gaps[-1] == 0  # parked, then released
+        shapes = eng.last_stats.shapes
+        assert "tree 4x3/12" in shapes and any(s.startswith("chain") for s in shapes), shapes
+        replay_plain_greedy(eng, eng.tokenize("abc"), tokens, margin=F32_MARGIN)

@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import _native as N
+from ..chat_template import ChatFormatter
 from ..datasets import Message
 from ..errors import InvalidParameterError, LocalspecError
 from ..sampling import SamplingParams
 from ..speculative import pick
 from ..target import Target
-from ..text import ChatFormatter, tokenize
 
 MANIFEST = "manifest.json"
 
@@ -143,12 +143,9 @@ class FeatureWriter:
             )
         self.manifest = m or Manifest(target_fingerprint=fp, config=want)
         self.pending: list[_Seq] = []
-        self.eog = np.array(
-            [bool(N.C.llama_vocab_is_eog(target.model.vocab, i)) for i in range(target.n_vocab)]
-        )
+        self.eog = target.model.eog_mask()
         self.rng = np.random.default_rng(cfg.seed + len(self.manifest.shards))
         self.sampling = SamplingParams(temperature=cfg.temperature)
-        self.batch = N.Batch(target.n_batch)
         self.seq_len = target.n_ctx // cfg.n_parallel
         self.chat = ChatFormatter(target.model, target.path)
 
@@ -162,7 +159,7 @@ class FeatureWriter:
             if upto is None:
                 return None
             text, _ = self.chat.render(messages[: upto + 1])
-            tokens = tokenize(model, text, add_special=True, parse_special=True)
+            tokens = model.tokenize(text, add_special=True, parse_special=True)
             if len(tokens) > self.cfg.max_prompt or len(tokens) + 8 > self.seq_len:
                 return None
             return _Seq(item, tokens, loss_start=len(tokens))
@@ -170,10 +167,10 @@ class FeatureWriter:
             first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
             head, _ = self.chat.render(messages[:first])
             text, _ = self.chat.render(messages)
-            start = len(tokenize(model, head, add_special=True, parse_special=True))
+            start = len(model.tokenize(head, add_special=True, parse_special=True))
         else:  # plain text: every position is trained on
             text, start = "\n\n".join(m["content"] for m in messages), 0
-        tokens = tokenize(model, text, add_special=True, parse_special=True)
+        tokens = model.tokenize(text, add_special=True, parse_special=True)
         tokens = tokens[: self.seq_len]
         if len(tokens) < 4:
             return None
@@ -183,16 +180,13 @@ class FeatureWriter:
 
     def _decode(self, rows: list[tuple[_Seq, int, int]]) -> None:
         """Decode (sequence, slot, position) rows in one batch and record taps and labels."""
-        b = self.batch
         n = len(rows)
-        b.token[:n] = [s.tokens[p] for s, _, p in rows]
-        b.set_rows(
+        logits = self.t.decode_rows(
+            [s.tokens[p] for s, _, p in rows],
             np.array([p for _, _, p in rows], dtype=np.int32),
             np.array([slot for _, slot, _ in rows], dtype=np.int32),
         )
-        self.t.ctx.decode(b, "target batch (training data)")
         taps = self.t.read_taps(n).astype(np.float16)
-        logits = N.float_rows(N.C.llama_get_logits(self.t.ctx.ptr), n, self.t.n_vocab)
         ids, logp = top_labels(logits, self.cfg.top_labels)
         start = 0
         while start < n:  # rows of one sequence are contiguous
@@ -244,7 +238,7 @@ class FeatureWriter:
                     s = self._prepare(*nxt)
                     if s is None:
                         continue
-                    self.t.ctx.seq_rm(0, -1, slot)
+                    self.t.forget_sequence(slot)
                     n_prompt = len(s.tokens)
                     for p0 in range(0, n_prompt, self.t.n_batch):
                         p1 = min(p0 + self.t.n_batch, n_prompt)

@@ -149,17 +149,17 @@ def build_features(
     n_gpu_layers: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
+    from ..options import RuntimeOptions
     from ..target import Target
 
     seq_len = -(-(fcfg.max_prompt + fcfg.max_new + 8) // 256) * 256
-    target = Target(
-        target_path,
+    rt = RuntimeOptions(
         n_ctx=seq_len * fcfg.n_parallel,
         n_batch=max(512, fcfg.n_parallel),
         n_threads=n_threads,
         n_gpu_layers=n_gpu_layers,
-        n_seq=fcfg.n_parallel,
     )
+    target = Target(target_path, rt, n_seq=fcfg.n_parallel)
     import torch
 
     threads = torch.get_num_threads()

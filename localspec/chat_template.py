@@ -1,4 +1,4 @@
-"""Text around a loaded model: tokenizing, token texts, and the model's own chat template."""
+"""Chat conversations rendered with the model's own chat template (or ChatML)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,6 @@ from . import _native as N
 from .errors import InvalidParameterError, LocalspecError
 
 ROLES = ("system", "user", "assistant")
-
-
-def tokenize(
-    model: N.NativeModel, text: str, *, add_special: bool = True, parse_special: bool = False
-) -> list[int]:
-    data = text.encode("utf-8")
-    cap = len(data) + 16
-    buf = (N.C.llama_token * cap)()
-    n = N.C.llama_tokenize(model.vocab, data, len(data), buf, cap, add_special, parse_special)
-    if n < 0:  # the buffer was too small: -n is the size needed
-        cap = -n
-        buf = (N.C.llama_token * cap)()
-        n = N.C.llama_tokenize(model.vocab, data, len(data), buf, cap, add_special, parse_special)
-    return list(buf[:n])
-
-
-def token_text(model: N.NativeModel, token: int) -> str:
-    if token < 0:
-        return ""
-    raw = N.C.llama_vocab_get_text(model.vocab, token)
-    return raw.decode("utf-8", errors="replace") if raw else ""
 
 
 def check_messages(messages: object) -> list[dict[str, str]]:
@@ -58,8 +37,7 @@ class ChatFormatter:
         if not template:
             template = CHATML_CHAT_TEMPLATE
             self.note = f"{path} has no chat template: using ChatML"
-        bos = token_text(model, N.C.llama_vocab_bos(model.vocab))
-        eos = token_text(model, N.C.llama_vocab_eos(model.vocab))
+        bos, eos = model.token_text(model.bos), model.token_text(model.eos)
         self._fmt: Jinja2ChatFormatter | None = None
         self._error = ""
         try:

@@ -1,0 +1,218 @@
+"""Calibrating auto's cost model on this machine, and keeping the result on disk.
+
+Timing real decodes of growing batch sizes takes up to ~0.6 s; the result depends only on the
+machine, the llama.cpp build, the two files and how they run, so it is stored under the user
+cache folder (``$LOCALSPEC_CACHE_DIR`` or platformdirs' user cache dir) keyed by exactly those,
+and a later process with the same key starts without re-timing. A stale (older than
+``MAX_AGE_S``), corrupt or foreign file is ignored and replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+
+from .costmodel import CALIBRATION_REPS as REPS
+from .costmodel import CostModel, VerifyCurve
+from .drafter import Drafter
+from .options import RuntimeOptions
+from .target import Target
+
+FORMAT = 1
+MAX_AGE_S = 7 * 24 * 3600.0
+SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
+BUDGET_S = 0.6  # stop timing larger batches once this much time was spent
+
+
+@dataclass
+class Calibration:
+    verify: dict[int, float]  # seconds per target decode of n tokens (logits on every row)
+    expand: dict[int, float]  # seconds per drafter decode of a frontier of k rows
+    flush: float  # seconds to encode and write the first pairs and read the first draft
+    measured: bool = True  # False when read from the disk cache
+
+    def cost_model(self, max_nodes: int) -> CostModel:
+        return CostModel(VerifyCurve(self.verify), self.expand, self.flush, max_nodes=max_nodes)
+
+
+def _best_time(fn: Callable[[], object]) -> float:
+    """The fastest of REPS runs: other processes only ever add time, and a calibration that
+    caught their noise would distort the curve's shape for a long while."""
+    ts = []
+    for _ in range(REPS):
+        t0 = perf_counter()
+        fn()
+        ts.append(perf_counter() - t0)
+    return min(ts)
+
+
+def measure(
+    target: Target, drafter: Drafter, *, max_rows: int, top_ks: tuple[int, ...]
+) -> Calibration:
+    """Time real target decodes of growing batch sizes up to max_rows (until a time budget is
+    spent) and the drafter's decodes per frontier width. Both caches are cleared."""
+    tok = [t % target.n_vocab for t in range(1000, 1000 + max(max_rows, 8))]
+    times: dict[int, float] = {}
+    spent = perf_counter()
+    target.clear()
+    warm = min(8, max_rows)
+    target.decode(tok[:warm], all_logits=True)  # warm up (first decodes allocate)
+    for n in SIZES:
+        if n > max_rows:
+            break
+
+        def run(n: int = n) -> None:
+            target.keep(warm)
+            target.decode(tok[:n], all_logits=True)
+
+        times[n] = _best_time(run)
+        if n >= 2 and perf_counter() - spent > BUDGET_S:
+            break
+    target.clear()
+
+    taps = np.zeros((2, drafter.tap_width), dtype=np.float32)
+    g = drafter.encode(taps)
+
+    def first_pair() -> None:
+        drafter.restart(0)
+        drafter.encode(taps)
+        drafter.decode(tok[:2], g, 0)
+
+    first_pair()  # warm up
+    flush = _best_time(first_pair)
+    expand: dict[int, float] = {}
+    for k in top_ks:
+        embd = np.zeros((k, drafter.n_embd), dtype=np.float32)
+
+        def width(k: int = k, embd: np.ndarray = embd) -> None:
+            drafter.rewind(2)
+            drafter.decode(tok[:k], embd, 2)
+
+        expand[k] = _best_time(width)
+    drafter.restart(0)
+    return Calibration(times, expand, flush)
+
+
+# --- the disk cache ----------------------------------------------------------------------------
+
+
+def cache_dir() -> str:
+    env = os.environ.get("LOCALSPEC_CACHE_DIR")
+    if env:
+        return os.path.join(env, "calibration")
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("localspec", appauthor=False), "calibration")
+
+
+def _file_identity(path: str) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": os.path.realpath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_key(
+    target: Target, drafter: Drafter, rt: RuntimeOptions, max_rows: int, top_ks: tuple[int, ...]
+) -> dict[str, Any]:
+    """Everything a calibration depends on."""
+    from ._native import INSTALLED_LLAMA_CPP_PYTHON
+
+    return {
+        "format": FORMAT,
+        "machine": {
+            "host": platform.node(),
+            "cpu": _cpu_name(),
+            "logical_cpus": os.cpu_count(),
+            "arch": platform.machine(),
+        },
+        "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,
+        "target": _file_identity(target.path),
+        "drafter": _file_identity(drafter.spec.path),
+        "runtime": asdict(rt),
+        "max_rows": max_rows,
+        "top_ks": list(top_ks),
+    }
+
+
+def _path_for(key: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    return os.path.join(cache_dir(), f"{digest}.json")
+
+
+def load(key: dict[str, Any]) -> Calibration | None:
+    """The stored calibration for this key, or None (missing, stale, corrupt or foreign)."""
+    try:
+        with open(_path_for(key), encoding="utf-8") as fh:
+            data = json.load(fh)
+        if data["key"] != key or time.time() - float(data["created"]) > MAX_AGE_S:
+            return None
+        return Calibration(
+            verify={int(n): float(t) for n, t in data["verify"].items()},
+            expand={int(k): float(t) for k, t in data["expand"].items()},
+            flush=float(data["flush"]),
+            measured=False,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def save(key: dict[str, Any], cal: Calibration) -> None:
+    """Store a calibration atomically; a cache folder that cannot be written is not an error."""
+    path = _path_for(key)
+    data = {
+        "key": key,
+        "created": time.time(),
+        "verify": cal.verify,
+        "expand": cal.expand,
+        "flush": cal.flush,
+    }
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def calibrate(
+    target: Target,
+    drafter: Drafter,
+    rt: RuntimeOptions,
+    *,
+    max_rows: int,
+    top_ks: tuple[int, ...],
+    recalibrate: bool = False,
+) -> Calibration:
+    """The stored calibration for this set-up, or a new measurement (stored for next time)."""
+    key = cache_key(target, drafter, rt, max_rows, top_ks)
+    if not recalibrate:
+        cal = load(key)
+        if cal is not None:
+            return cal
+    cal = measure(target, drafter, max_rows=max_rows, top_ks=top_ks)
+    save(key, cal)
+    return cal

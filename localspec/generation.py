@@ -1,0 +1,193 @@
+"""One generation: process the prompt (reusing what the caches already hold), then emit the
+step's tokens, check for the end, and take the next speculative step, until done."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import perf_counter
+from typing import TYPE_CHECKING, Literal
+
+from .sampling import Draws, SamplingParams
+from .scheduler import Mode, StepPlan, shape_label
+from .speculative import StepResult, pick, speculative_step
+from .stats import Stats
+from .textstream import TextStream
+from .tree import tree_step
+
+if TYPE_CHECKING:
+    from .drafter import Drafter
+    from .engine import Engine
+
+FinishReason = Literal["eos", "stop", "length", "context_full"]
+
+
+@dataclass
+class Event:
+    """One step of generation: the text that became visible and the tokens emitted."""
+
+    text: str
+    tokens: list[int]
+    accepted: list[bool]  # per token: True where the drafter proposed it and it was accepted
+    finish_reason: FinishReason | None = None
+
+
+class Generation:
+    """A call's state: the prompt, its limits, its randomness, the text so far, its stats."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        tokens: list[int],
+        *,
+        max_tokens: int,
+        sampling: SamplingParams,
+        seed: int | None,
+        stops: list[str],
+        mode: Mode,
+        recalibrate: bool = False,
+    ) -> None:
+        self.eng = engine
+        self.prompt = tokens
+        self.max_tokens = max_tokens
+        self.sp = sampling
+        self.draws = Draws(seed, len(tokens))
+        self.text = TextStream(stops)
+        self.mode = mode
+        self.recalibrate = recalibrate
+        self.stats = Stats(prompt_tokens=len(tokens), generations=1, mode=str(mode))
+        self.last = -1  # the chosen token not yet decoded by the target
+
+    def run(self) -> Iterator[Event]:
+        eng, stats = self.eng, self.stats
+        try:
+            with eng.step_lock(self):
+                self.prefill()
+            if self.max_tokens == 0:
+                yield Event("", [], [], "length")
+                return
+            tokens, accepted = [self.last], [False]
+            while True:
+                event = self._emit(tokens, accepted)
+                if event is not None:
+                    yield event
+                    if event.finish_reason is not None:
+                        return
+                with eng.step_lock(self):
+                    res = self._step()
+                tokens, accepted = res.tokens, [True] * res.n_accepted + [False]
+        finally:
+            eng.stats.add(stats)
+
+    # --- the prompt --------------------------------------------------------------------------
+
+    def prefill(self) -> None:
+        """Keep the cached prefix of the prompt, decode the rest, choose the first token."""
+        eng, tgt = self.eng, self.eng.target
+        sched = eng.scheduler
+        sched.start(self.mode, recalibrate=self.recalibrate)  # may calibrate (clears caches)
+        self.stats.t_calibrate = sched.t_calibrate
+        t0 = perf_counter()
+        dft = eng.drafter if self.mode.drafts and not sched.dormant else None
+        tgt.set_taps_active(dft is not None)
+        tokens = self.prompt
+        keep = tgt.reusable(tokens)
+        if eng.drafter is not None:
+            # the drafter's pairs may end earlier (after plain or dormant calls, or an edit):
+            # when it drafts in this call, the target decodes those positions again for their
+            # taps, so the drafter sees the whole history as a fresh engine's would
+            have = eng.drafter.reusable(tokens, keep)
+            if dft is not None:
+                keep = have
+            eng.drafter.keep(min(have, keep))
+        tgt.keep(keep)
+        self.stats.cached_tokens = keep
+        logits, taps = tgt.prefill(tokens[keep:])
+        self.last, _ = pick(logits, self.sp, self.draws.rng, self.draws.at(len(tokens)))
+        if dft is not None:
+            assert taps is not None and dft.next_pos == keep
+            # pairs (token[P+1], g[P]) for P = keep..; the last one's token is the first pick
+            dft.queue([*tokens[keep + 1 :], self.last], taps)
+        self.stats.t_prefill += perf_counter() - t0
+
+    # --- emitting ----------------------------------------------------------------------------
+
+    def _emit(self, tokens: list[int], accepted: list[bool]) -> Event | None:
+        """The step's tokens as an event, cut at EOS, a stop string or the token budget; the
+        context's end finishes generation too. None when nothing became visible."""
+        eng, stats = self.eng, self.stats
+        out_t: list[int] = []
+        out_a: list[bool] = []
+        reason: FinishReason | None = None
+        for t, a in zip(tokens, accepted, strict=True):
+            if eng.eog[t]:
+                reason = "eos"
+                break
+            out_t.append(t)
+            out_a.append(a)
+            stats.generated += 1
+            if self.text.feed(eng.target.model.piece(t)):
+                reason = "stop"
+                break
+            if stats.generated >= self.max_tokens:
+                reason = "length"
+                break
+        if reason is None and eng.target.n >= eng.target.n_ctx:
+            reason = "context_full"
+        if reason is not None:
+            return Event(self.text.take(final=reason != "stop"), out_t, out_a, reason)
+        return Event(self.text.take(final=False), out_t, out_a) if out_t else None
+
+    # --- one step ----------------------------------------------------------------------------
+
+    def _step(self) -> StepResult:
+        """Ask the scheduler for a shape, run it, and let it learn from what it cost."""
+        eng, tgt, stats = self.eng, self.eng.target, self.stats
+        sched = eng.scheduler
+        # never draft past max_tokens or the context's end
+        budget = min(self.max_tokens - stats.generated, tgt.n_ctx - tgt.n, tgt.n_batch) - 1
+        plan = sched.plan(budget, tgt.room(eng.max_tree + 2) - 1)
+        if plan.wake:
+            self._wake()
+        if plan.sleep:
+            tgt.set_taps_active(False)
+        dft = eng.drafter if self.mode.drafts and not sched.dormant else None
+        t0 = perf_counter()
+        res = self._run(plan, dft)
+        glue = perf_counter() - t0 - res.t_target - res.t_draft
+        stats.t_target += res.t_target
+        stats.t_draft += res.t_draft
+        stats.t_glue += glue
+        shape = plan.shape
+        stats.record_step(
+            res.n_drafted, res.n_accepted, shape_label(shape), shape.depth if shape else 0
+        )
+        if plan.prediction is not None:
+            stats.record_prediction(plan.prediction.tokens, plan.prediction.seconds)
+        sched.observe(plan, res, glue)
+        self.last = res.tokens[-1]
+        return res
+
+    def _run(self, plan: StepPlan, dft: Drafter | None) -> StepResult:
+        eng, shape = self.eng, plan.shape
+        if shape is not None and not shape.is_chain:
+            assert dft is not None
+            return tree_step(eng.target, dft, self.last, shape, self.sp, self.draws)
+        k = shape.depth if shape is not None else 0
+        return speculative_step(
+            eng.target,
+            dft,
+            self.last,
+            k,
+            self.sp,
+            self.draws,
+            ranks=plan.prediction is not None,
+            own_draws=k == 0 or not self.mode.rejection_sampling,
+        )
+
+    def _wake(self) -> None:
+        """Feed the drafter again after dormant steps: its cache restarts at the current
+        position (it has no taps for the steps in between)."""
+        assert self.eng.drafter is not None
+        self.eng.target.set_taps_active(True)
+        self.eng.drafter.restart(self.eng.target.n)

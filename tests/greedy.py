@@ -1,0 +1,76 @@
+"""Greedy losslessness that holds on any CPU: every emitted token is the one plain greedy
+decoding would choose after the tokens emitted before it, or a near-tie of plain decoding's own
+logits there.
+
+Plain decoding is replayed independently of the speculative run: the prompt in one batch, then
+the emitted tokens one at a time (teacher-forced), the target's argmax checked at each step.
+Speculation verifies drafts in batches, and llama.cpp's kernels may round a batch differently
+from a one-token decode (notes 16: a fresh AMD EPYC did so at 20 cached tokens); where the two
+best logits lie within that rounding, the paths may pick different tokens, and from there the
+replay follows the emitted tokens, so every later token is judged on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# largest logit gap that counts as a near-tie: f32 weights and KV round in the last bits only;
+# quantized weights with an f16 cache differed by up to ~1 logit beyond 256 cached cells
+F32_MARGIN = 1e-2
+QUANT_MARGIN = 1.0
+
+
+@dataclass
+class Replay:
+    ties: list[tuple[int, float]] = field(default_factory=list)  # (index, logit gap) accepted
+
+
+def replay_plain_greedy(
+    eng,
+    prompt: Sequence[int],
+    out: Sequence[int],
+    *,
+    margin: float,
+    finish: str | None = None,
+) -> Replay:
+    """Assert out is plain greedy decoding of prompt up to near-ties (gap < margin). finish
+    "eos": plain decoding would end there too. Leaves the engine's caches empty."""
+    tgt = eng.target
+    active = tgt.taps_active
+    tgt.set_taps_active(False)
+    eng.reset()
+    rep = Replay()
+    try:
+        logits = np.array(tgt.prefill(list(prompt))[0])
+        for i, t in enumerate(out):
+            y = int(np.argmax(logits))
+            if y != t:
+                gap = float(logits[y] - logits[t])
+                assert gap < margin, (
+                    f"token {i}: emitted {t}, plain greedy picks {y} by {gap:.4g} logits "
+                    f"(near-tie margin {margin})"
+                )
+                rep.ties.append((i, gap))
+            if i + 1 < len(out) or finish == "eos":  # the last token is decoded only to check
+                logits = np.array(tgt.decode([int(t)], all_logits=False)[0])
+        if finish == "eos":
+            y = int(np.argmax(logits))
+            best_eog = float(logits[eng.eog].max())
+            assert eng.eog[y] or logits[y] - best_eog < margin, "plain decoding would go on"
+    finally:
+        eng.reset()
+        tgt.set_taps_active(active)
+    return rep
+
+
+def assert_greedy_lossless(
+    eng, prompt: str | Sequence[int], completion, *, margin: float = F32_MARGIN, **tok_kw
+) -> Replay:
+    """The completion of prompt (text, tokenized as the engine does with tok_kw, or ids) is
+    plain greedy up to near-ties."""
+    ids = eng.tokenize(prompt, **tok_kw) if isinstance(prompt, str) else list(prompt)
+    finish = completion.finish_reason
+    return replay_plain_greedy(eng, ids, completion.tokens, margin=margin, finish=finish)

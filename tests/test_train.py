@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -363,4 +364,5 @@ def test_cli_train_writes_a_checkpoint_and_gguf(pair, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "held-out tau(k=5)" in err and "verify passed" in err
+    assert re.search(r"^data: \d+ records used, 0 skipped$", err, re.M)
     assert N.GGUFHeader(gg).architecture == "eagle3"

@@ -59,7 +59,7 @@ class TargetShape:
     arch: str = "llama"
 
 
-def _add_tokenizer(w: gguf.GGUFWriter) -> None:
+def _add_tokenizer(w: gguf.GGUFWriter, chat_template: str = CHATML) -> None:
     tokens, types = vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -69,11 +69,16 @@ def _add_tokenizer(w: gguf.GGUFWriter) -> None:
     w.add_bos_token_id(EOS)
     w.add_eos_token_id(EOS)
     w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    w.add_chat_template(chat_template)
 
 
 def write_target(
-    path: str, shape: TargetShape = TargetShape(), *, seed: int = 0, weights: dict | None = None
+    path: str,
+    shape: TargetShape = TargetShape(),
+    *,
+    seed: int = 0,
+    weights: dict | None = None,
+    chat_template: str = CHATML,
 ) -> str:
     """A random llama target; ``weights`` overrides tensors by GGUF name."""
     rng = np.random.default_rng(seed)
@@ -115,7 +120,7 @@ def write_target(
     w.add_rope_dimension_count(hd)
     w.add_vocab_size(N_VOCAB)
     w.add_file_type(0)
-    _add_tokenizer(w)
+    _add_tokenizer(w, chat_template)
     for name, arr in t.items():
         w.add_tensor(name, arr)
     w.write_header_to_file()

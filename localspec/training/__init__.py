@@ -6,12 +6,12 @@ import os
 from collections.abc import Callable, Sequence
 from itertools import chain
 
-from ..datasets import conversations
+from ..datasets import records
 from ..errors import InvalidParameterError
-from .features import FeatureConfig, Manifest
+from .features import DataReport, FeatureConfig, Manifest
 from .trainer import TrainConfig, Trainer, TrainResult, build_features, default_taps, target_info
 
-__all__ = ["FeatureConfig", "TrainConfig", "TrainResult", "train"]
+__all__ = ["DataReport", "FeatureConfig", "TrainConfig", "TrainResult", "train"]
 
 
 def train(
@@ -28,7 +28,9 @@ def train(
     show_progress: bool = True,
 ) -> TrainResult:
     """Make training data with the target (data: files or sharegpt/mtbench/humaneval), then
-    train, resuming whatever `out` already holds. Returns the checkpoint folder and metrics."""
+    train, resuming whatever `out` already holds. Records that cannot be used are skipped;
+    the progress line, the log and the result's `data` count them by reason. Returns the
+    checkpoint folder, metrics and those counts."""
     from tqdm import tqdm
 
     cfg = config or TrainConfig()
@@ -42,17 +44,19 @@ def train(
         raise InvalidParameterError("no training data given")
     threads = n_threads or max(1, os.cpu_count() or 1)
     os.makedirs(out, exist_ok=True)
-    items = chain.from_iterable(conversations(d) for d in data)
+    items = chain.from_iterable(records(d) for d in data)
     bar = tqdm(desc="features", unit="tok", total=fcfg.max_tokens, disable=not show_progress)
     done = Manifest.load(os.path.join(out, "data"))
     if done is not None:
+        bar.set_postfix_str(str(done.report()), refresh=False)
         bar.update(done.n_tokens)
 
-    def on_item(rows: int, _: int) -> None:
+    def on_item(rows: int, report: DataReport) -> None:
+        bar.set_postfix_str(str(report), refresh=False)
         bar.update(rows)
 
     try:
-        build_features(
+        manifest = build_features(
             target,
             items,
             os.path.join(out, "data"),
@@ -63,6 +67,8 @@ def train(
         )
     finally:
         bar.close()
+    report = manifest.report()
+    log(f"data: {report}")
     trainer = Trainer(target, out, cfg, tap_ids, log=log)
     total = cfg.max_steps
     tbar = tqdm(
@@ -82,4 +88,5 @@ def train(
         result = trainer.run(on_step)
     finally:
         tbar.close()
+    result.data = report
     return result

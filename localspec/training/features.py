@@ -6,9 +6,12 @@ With ``generate`` the target writes its own replies to the prompts (greedy by de
 distribution the drafter meets at run time), several sequences decoding in one batch, and the
 same decodes yield the features, so generation and extraction are a single pass.
 
+A source record that cannot be used (see `datasets.usable`; also a prompt too long, a text
+too short, or a conversation the chat template refuses) is skipped and counted by reason.
+
 Shards are ``data/shard-NNNNN.npz`` (concatenated sequences plus offsets) listed in
-``data/manifest.json`` together with the source items already done, so an interrupted run
-resumes where it stopped.
+``data/manifest.json`` together with the source items already done (used or skipped) and the
+counts, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ import numpy as np
 
 from .. import _native as N
 from ..chat_template import ChatFormatter
-from ..datasets import Message
+from ..datasets import Record, Unusable, usable
 from ..errors import InvalidParameterError, LocalspecError
 from ..sampling import SamplingParams
 from ..speculative import pick
 from ..target import Target
 
 MANIFEST = "manifest.json"
+# why the feature pass skips a record, besides the reasons of `datasets.usable`
+TEMPLATE_REFUSED = "template refused"
+PROMPT_TOO_LONG = "prompt too long"
+TOO_SHORT = "too short"
 
 
 @dataclass
@@ -47,14 +54,40 @@ class FeatureConfig:
 
 
 @dataclass
+class DataReport:
+    """What a feature pass made of its source records."""
+
+    used: int = 0  # records whose features were written
+    trimmed: int = 0  # of those, records whose leading non-user turns were dropped
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> records
+
+    def __str__(self) -> str:
+        n = sum(self.skipped.values())
+        out = f"{self.used} records used"
+        if self.trimmed:
+            out += f" ({self.trimmed} with leading turns dropped)"
+        out += f", {n} skipped"
+        if n:
+            by_count = sorted(self.skipped.items(), key=lambda kv: (-kv[1], kv[0]))
+            out += ": " + ", ".join(f"{c} {reason}" for reason, c in by_count)
+        return out
+
+
+@dataclass
 class Manifest:
     target_fingerprint: str
     config: dict
-    done: list[int] = field(default_factory=list)  # source item indices written to shards
+    done: list[int] = field(default_factory=list)  # source items written to shards or skipped
     shards: list[str] = field(default_factory=list)
     n_tokens: int = 0  # positions with features
     n_label_tokens: int = 0  # positions that carry loss
     complete_for: int = 0  # max_tokens of the last run that finished (0: none finished)
+    used: int = 0  # the counts of DataReport, saved with `done` so a resumed run adds to them
+    trimmed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> DataReport:
+        return DataReport(self.used, self.trimmed, dict(self.skipped))
 
     @staticmethod
     def load(folder: str) -> Manifest | None:
@@ -82,6 +115,7 @@ class _Seq:
     label_logp: list[np.ndarray] = field(default_factory=list)
     n_new: int = 0
     done: bool = False
+    trimmed: bool = False  # leading non-user turns of its record were dropped
 
     @property
     def n_rows(self) -> int:
@@ -135,6 +169,7 @@ class FeatureWriter:
         want = {k: v for k, v in asdict(cfg).items() if k not in ("max_tokens", "n_parallel")}
         want["taps"] = list(cfg.taps)
         want["target"] = target_identity(target.path)
+        want["item_ids"] = 2  # 2: item ids count every source record, unusable ones too
         m = Manifest.load(folder)
         if m is not None and (m.target_fingerprint != fp or m.config != want):
             raise LocalspecError(
@@ -151,30 +186,38 @@ class FeatureWriter:
 
     # --- preparing sequences -----------------------------------------------------------------
 
-    def _prepare(self, item: int, messages: list[Message]) -> _Seq | None:
-        model = self.t.model
-        if self.cfg.generate:
-            # the conversation up to its first user turn; the target writes the reply
-            upto = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
-            if upto is None:
-                return None
-            text, _ = self.chat.render(messages[: upto + 1])
-            tokens = model.tokenize(text, add_special=True, parse_special=True)
+    def _prepare(self, item: int, record: Record) -> _Seq:
+        """The sequence a record gives; raises Unusable when it gives none."""
+        generate = self.cfg.generate
+        msgs, trimmed = usable(record, replies=not generate)
+        head = ""  # the text before the first trained position
+        if record.text and not generate:  # plain text: every position is trained on
+            text = msgs[0]["content"]
+        else:
+            try:
+                # generate: the prompt, and the target replies; else the whole conversation,
+                # with no assistant header opened after its last turn
+                text, _ = self.chat.render(msgs, add_generation_prompt=generate)
+                if not generate:  # the loss starts where the first assistant turn does
+                    first = next(i for i, m in enumerate(msgs) if m["role"] == "assistant")
+                    head, _ = self.chat.render(msgs[:first])
+            except LocalspecError:
+                raise Unusable(TEMPLATE_REFUSED) from None
+        tokens = self._tokens(text)
+        if generate:
             if len(tokens) > self.cfg.max_prompt or len(tokens) + 8 > self.seq_len:
-                return None
-            return _Seq(item, tokens, loss_start=len(tokens))
-        if any(m["role"] == "assistant" for m in messages):
-            first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-            head, _ = self.chat.render(messages[:first])
-            text, _ = self.chat.render(messages)
-            start = len(model.tokenize(head, add_special=True, parse_special=True))
-        else:  # plain text: every position is trained on
-            text, start = "\n\n".join(m["content"] for m in messages), 0
-        tokens = model.tokenize(text, add_special=True, parse_special=True)
+                raise Unusable(PROMPT_TOO_LONG)
+            return _Seq(item, tokens, loss_start=len(tokens), trimmed=trimmed)
         tokens = tokens[: self.seq_len]
         if len(tokens) < 4:
-            return None
-        return _Seq(item, tokens, loss_start=max(start, 0))
+            raise Unusable(TOO_SHORT)
+        start = len(self._tokens(head)) if head else 0
+        if start >= len(tokens):  # the reply starts beyond the sequence: nothing to train on
+            raise Unusable(PROMPT_TOO_LONG)
+        return _Seq(item, tokens, loss_start=start, trimmed=trimmed)
+
+    def _tokens(self, text: str) -> list[int]:
+        return self.t.model.tokenize(text, add_special=True, parse_special=True)
 
     # --- decoding ----------------------------------------------------------------------------
 
@@ -214,16 +257,17 @@ class FeatureWriter:
 
     def run(
         self,
-        items: Iterable[list[Message]],
-        progress: Callable[[int, int], None] | None = None,
+        items: Iterable[Record],
+        progress: Callable[[int, DataReport], None] | None = None,
     ) -> Manifest:
-        """Process source items until max_tokens positions are written (resumes a manifest)."""
+        """Process source items until max_tokens positions are written (resumes a manifest).
+        progress gets the rows of each finished item (0 for a skipped one) and the counts."""
         cfg, m = self.cfg, self.manifest
         if m.complete_for >= cfg.max_tokens:
             return m  # made by an earlier run: a resumed training does not add data
         done = set(m.done)
-        source: Iterator[tuple[int, list[Message]]] = (
-            (i, msgs) for i, msgs in enumerate(items) if i not in done
+        source: Iterator[tuple[int, Record]] = (
+            (i, rec) for i, rec in enumerate(items) if i not in done
         )
         slots: list[_Seq | None] = [None] * cfg.n_parallel
         queued = m.n_tokens
@@ -235,8 +279,10 @@ class FeatureWriter:
                     if nxt is None:
                         exhausted = True
                         break
-                    s = self._prepare(*nxt)
-                    if s is None:
+                    try:
+                        s = self._prepare(*nxt)
+                    except Unusable as skip:
+                        self._skip(nxt[0], skip.reason, progress)
                         continue
                     self.t.forget_sequence(slot)
                     n_prompt = len(s.tokens)
@@ -259,19 +305,34 @@ class FeatureWriter:
                 continue
             self._decode([(s, i, len(s.tokens) - 1) for s, i in live])
         self._flush(force=True)
+        if m.used == 0:
+            raise LocalspecError(f"no record of the training data can be used: {m.report()}")
         m.complete_for = cfg.max_tokens
         m.save(self.folder)
         return m
 
     # --- shards ------------------------------------------------------------------------------
 
-    def _finish(self, s: _Seq, progress: Callable[[int, int], None] | None) -> None:
-        if s.n_rows >= 3:
-            self.pending.append(s)
-        else:
-            self.manifest.done.append(s.item)
+    def _skip(
+        self, item: int, reason: str, progress: Callable[[int, DataReport], None] | None
+    ) -> None:
+        # counted with its item in `done`: both are saved together by the next shard
+        m = self.manifest
+        m.done.append(item)
+        m.skipped[reason] = m.skipped.get(reason, 0) + 1
         if progress is not None:
-            progress(s.n_rows, 1)
+            progress(0, m.report())
+
+    def _finish(self, s: _Seq, progress: Callable[[int, DataReport], None] | None) -> None:
+        if s.n_rows < 3:
+            self._skip(s.item, TOO_SHORT, progress)
+            return
+        m = self.manifest
+        self.pending.append(s)
+        m.used += 1
+        m.trimmed += s.trimmed
+        if progress is not None:
+            progress(s.n_rows, m.report())
         self._flush(force=False)
 
     def _flush(self, *, force: bool) -> None:

@@ -20,11 +20,14 @@ from typing import Any
 import numpy as np
 
 from .. import _native as N
+from ..datasets import Record
 from ..errors import InvalidParameterError, LocalspecError
 from ..ggufdata import read_tensors
 from .features import (
+    DataReport,
     FeatureConfig,
     FeatureWriter,
+    Manifest,
     Sequence,
     load_sequences,
     target_identity,
@@ -79,6 +82,7 @@ class TrainResult:
     untrained: EvalResult | None
     final: EvalResult
     history: list[dict[str, float]] = field(default_factory=list)
+    data: DataReport = field(default_factory=DataReport)  # records used and skipped, by reason
 
 
 def pick_device(name: str) -> str:
@@ -141,14 +145,15 @@ def default_taps(n_layer: int) -> tuple[int, int, int]:
 
 def build_features(
     target_path: str,
-    items: Iterable[list[dict[str, str]]],
+    items: Iterable[Record],
     folder: str,
     fcfg: FeatureConfig,
     *,
     n_threads: int,
     n_gpu_layers: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-) -> None:
+    progress: Callable[[int, DataReport], None] | None = None,
+) -> Manifest:
+    """Write the features of `items` to `folder` (resuming it); its manifest holds the counts."""
     from ..options import RuntimeOptions
     from ..target import Target
 
@@ -166,7 +171,7 @@ def build_features(
     torch.set_num_threads(1)  # its top-k is tiny; more threads fight llama.cpp's for the cores
     try:
         target.enable_taps(fcfg.taps)
-        FeatureWriter(target, folder, fcfg).run(items, progress)
+        return FeatureWriter(target, folder, fcfg).run(items, progress)
     finally:
         torch.set_num_threads(threads)
         target.close()

@@ -85,9 +85,10 @@ class DrafterSpec:
             ("embedding_length", t.n_embd, "hidden size"),
             ("vocab_size", t.n_vocab, "vocabulary size"),
         ):
-            if rec[key] and int(rec[key]) != have:
+            value = rec[key]
+            if value and int(value) != have:
                 raise PairMismatchError(
-                    f"drafter {p} was made for a target with {what} {rec[key]}; {t.path} has {have}"
+                    f"drafter {p} was made for a target with {what} {value}; {t.path} has {have}"
                 )
         if rec["vocab_fingerprint"] and rec["vocab_fingerprint"] != t.vocab_fingerprint:
             raise PairMismatchError(f"drafter {p} was made for a target with a different tokenizer")

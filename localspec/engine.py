@@ -22,7 +22,14 @@ from .drafter import Drafter
 from .drafter_spec import DrafterSpec
 from .errors import ContextFullError, GenerationError, InvalidParameterError, LocalspecError
 from .generation import Event, FinishReason, Generation
-from .options import MAX_DRAFT, NDraft, RuntimeOptions, check_int, check_n_draft
+from .options import (
+    MAX_DRAFT,
+    NDraft,
+    RuntimeOptions,
+    check_flash_attn,
+    check_int,
+    check_n_draft,
+)
 from .sampling import SamplingParams
 from .scheduler import Mode, Scheduler
 from .speculative import GREEDY, draft_chain
@@ -92,7 +99,13 @@ class Engine:
         self.n_draft = check_n_draft(n_draft)
         self.tree = check_tree(tree)
         self.rt = RuntimeOptions(
-            n_ctx, n_batch, draft_batch, n_threads, n_gpu_layers, kv_type, flash_attn
+            n_ctx,
+            n_batch,
+            draft_batch,
+            n_threads,
+            n_gpu_layers,
+            kv_type,
+            check_flash_attn(flash_attn),
         ).checked()
         if draft is True:
             raise InvalidParameterError("draft must be a path, None (find one) or False")
@@ -106,7 +119,7 @@ class Engine:
         self.drafter: Drafter | None = None
         self.drafter_note = ""
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
-        spec = DrafterSpec(os.fspath(draft)) if draft not in (None, False) else None
+        spec = DrafterSpec(os.fspath(draft)) if draft is not None and draft is not False else None
         max_tree, self.max_top_k = Scheduler.capacity(n_batch, draft_batch)
         self.max_tree = 0 if draft is False else max_tree
         self.target = Target(target_path, self.rt, tree_nodes=self.max_tree)

@@ -36,6 +36,11 @@ def run_child(models, env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def read_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def stored(folder: str) -> list[str]:
     d = os.path.join(folder, "calibration")
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -64,7 +69,7 @@ def test_the_key_names_everything_the_timing_depends_on(models, tmp_path, monkey
     with localspec.load(models["target"], draft=models["draft31"], **EXACT) as eng:
         assert eng.complete("hi", max_tokens=4).stats.t_calibrate > 0
     assert len(stored(str(tmp_path))) == 4
-    data = json.loads(open(os.path.join(tmp_path, "calibration", stored(str(tmp_path))[0])).read())
+    data = read_json(os.path.join(tmp_path, "calibration", stored(str(tmp_path))[0]))
     key = data["key"]
     assert {"machine", "llama_cpp_python", "target", "drafter", "runtime"} <= set(key)
     assert {"n_threads", "n_gpu_layers", "kv_type", "flash_attn"} <= set(key["runtime"])
@@ -85,8 +90,8 @@ def test_corrupt_stale_and_forced_calibrations_are_replaced(models, tmp_path, mo
         with open(path, "wb") as fh:
             fh.write(damage)
         assert t_calibrate() > 0  # ignored, timed again
-        assert json.loads(open(path).read())["verify"]  # and replaced by a valid file
-    data = json.loads(open(path).read())
+        assert read_json(path)["verify"]  # and replaced by a valid file
+    data = read_json(path)
     data["created"] = time.time() - calibration.MAX_AGE_S - 60
     with open(path, "w") as fh:
         json.dump(data, fh)

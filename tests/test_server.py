@@ -74,13 +74,19 @@ class Recorder:
 @contextlib.contextmanager
 def running(engine: Any, **kw: Any) -> Iterator[str]:
     """The app served by uvicorn on a free loopback port in a background thread."""
+    with running_server(engine, **kw) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def running_server(engine: Any, **kw: Any) -> Iterator[tuple[str, Any]]:
     sock = listen("127.0.0.1", 0)
     server = make_server(create_app(engine, **kw))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     wait_until(lambda: server.started, "the server to start")
     try:
-        yield base_url(sock)
+        yield base_url(sock), server
     finally:
         server.should_exit = True
         thread.join(30)
@@ -489,14 +495,14 @@ def test_internal_failure_is_500_and_the_server_keeps_serving(client, rec) -> No
 # --- the queue ------------------------------------------------------------------------------------
 
 
-def _slow_stream(url: str, max_tokens: int) -> httpx.Response:
+def _slow_stream(url: str, max_tokens: int, key: str | None = KEY) -> httpx.Response:
     """Start a streaming chat and return its open response (headers read, body not)."""
     client = httpx.Client(timeout=30)
     req = client.build_request(
         "POST",
         url + "/v1/chat/completions",
         json={"messages": CHAT, "max_tokens": max_tokens, "stream": True, "n_draft": 0},
-        headers={"Authorization": f"Bearer {KEY}"},
+        headers={"Authorization": f"Bearer {key}"} if key else {},
     )
     resp = client.send(req, stream=True)
     assert resp.status_code == 200
@@ -579,6 +585,20 @@ def test_request_that_leaves_while_queued_never_runs(url, rec) -> None:
     wait_until(lambda: not health(url)["busy"], "the first request to stop")
     assert [r["what"] for r in rec.log[n_before:]] == [rec.log[n_before]["what"]]
     assert all(r["what"] != "queued" for r in rec.log)
+
+
+def test_shutdown_ends_open_requests_instead_of_cutting_them(engine, rec) -> None:
+    rec.delay = 0.02
+    with running_server(engine, max_queue=4) as (u, server):
+        a = _slow_stream(u, 400, key=None)
+        wait_until(lambda: health(u)["busy"], "the first request to run")
+        b_thread, b = _in_thread(lambda: post(u, "/v1/completions", {"prompt": "abc"}, key=None))
+        wait_until(lambda: health(u)["queued"] == 1, "the second request to queue")
+        server.should_exit = True
+        lines = [line for line in a.iter_lines() if line]  # the stream ends by itself
+        b_thread.join(30)
+    assert lines[-1] == "data: [DONE]" and '"code":"shutting_down"' in lines[-2]
+    assert b["value"].status_code == 503 and b["value"].json()["error"]["code"] == "shutting_down"
 
 
 # --- the command -------------------------------------------------------------------------------

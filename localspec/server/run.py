@@ -4,6 +4,7 @@ loads), then the server until Ctrl-C or SIGTERM."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 import uvicorn
 from starlette.applications import Starlette
@@ -36,10 +37,23 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which at shutdown first ends the open requests (``on_shutdown``:
+    waiting ones get 503, a running generation stops between steps), so that connections
+    close by themselves instead of being cancelled."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._on_shutdown()
+        await super().shutdown(sockets)
+
+
 def make_server(app: Starlette, *, log_level: str = "warning") -> uvicorn.Server:
-    # a stream still running at shutdown is cut after a few seconds (its generation stops
-    # between steps); a second Ctrl-C stops at once
+    """A uvicorn server for an app made by create_app (a second Ctrl-C stops at once)."""
     config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=3
+        app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=5
     )
-    return uvicorn.Server(config)
+    return _Server(config, app.state.server.worker.close)

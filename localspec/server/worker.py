@@ -60,12 +60,20 @@ class Job:
         self.stream = stream
         self.prompt_field = prompt_field
         self.cancelled = False  # set by the event loop, read by the worker between steps
+        self.abort_error: APIError | None = None  # why it was cancelled, if not by its client
         self._loop = loop
         self.started: asyncio.Future[None] = loop.create_future()
         self._items: list[Event | Outcome] = []
         self._lock = threading.Lock()
         self._wake = asyncio.Event()
         self._wake_pending = False
+
+    def abort(self, error: APIError) -> None:
+        """End the job for a reason of the server's (shutdown): a waiting request is answered
+        with ``error``, a running one stops between steps and ends with it."""
+        self.abort_error = error
+        self.cancelled = True
+        self._call(_settle, self.started, error)
 
     # --- worker side ---------------------------------------------------------------------------
 
@@ -110,6 +118,8 @@ class Job:
             close = getattr(events, "close", None)
             if close is not None:
                 close()  # stops the generation between steps and books its statistics
+        if self.cancelled and self.abort_error is not None:
+            error = self.abort_error
         self._post(Outcome("".join(texts), reason, engine.last_stats, error))
 
     # --- event loop side -----------------------------------------------------------------------
@@ -146,16 +156,22 @@ class Worker:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Drop the waiting jobs, stop the running one between steps, and join the thread."""
+    def close(self) -> None:
+        """Refuse new jobs, answer the waiting ones 503 and stop the running one between
+        steps, so that every open request ends promptly (the server is shutting down)."""
+        error = APIError(
+            503, "the server is shutting down", type="server_error", code="shutting_down"
+        )
         with self._cond:
             self._closing = True
-            for job in self._jobs:
-                job.cancelled = True
+            for job in [*self._jobs, *([self._running] if self._running else [])]:
+                job.abort(error)
             self._jobs.clear()
-            if self._running is not None:
-                self._running.cancelled = True
             self._cond.notify_all()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """close(), then wait for the worker thread to end."""
+        self.close()
         if self._thread.is_alive():
             self._thread.join(timeout)
 

@@ -135,7 +135,7 @@ class Server:
             )
         return req
 
-    async def answer(
+    async def respond(
         self,
         request: Request,
         req: ChatCompletionRequest | CompletionRequest,
@@ -187,7 +187,7 @@ class Server:
             return eng.chat(messages, **kw)
 
         answer = Answer("chat", self.model_id, req.include_usage)
-        return await self.answer(request, req, start, answer, "messages")
+        return await self.respond(request, req, start, answer, "messages")
 
     async def completions(self, request: Request) -> Response:
         req = await self.parse(request, CompletionRequest)
@@ -198,7 +198,7 @@ class Server:
             return eng.generate(prompt, **kw)
 
         answer = Answer("text", self.model_id, req.include_usage)
-        return await self.answer(request, req, start, answer, "prompt")
+        return await self.respond(request, req, start, answer, "prompt")
 
     async def models(self, request: Request) -> Response:
         self.authorize(request)

@@ -250,6 +250,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_args(b)
     b.set_defaults(func=cmd_bench)
 
+    srv = sub.add_parser(
+        "serve",
+        help="serve the model with OpenAI's HTTP API (chat, completions, models, health)",
+        description="Loads the pair once and answers OpenAI-style requests, one generation at "
+        "a time in FIFO order, with speculative statistics in each response's `timings`.",
+    )
+    _add_model_args(srv)
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free)")
+    srv.add_argument(
+        "--api-key",
+        default=os.environ.get("LOCALSPEC_API_KEY") or None,
+        help="require Authorization: Bearer KEY on /v1 (default: $LOCALSPEC_API_KEY, or none)",
+    )
+    srv.add_argument(
+        "--max-queue",
+        type=int,
+        default=16,
+        help="requests that may wait while one generates; more get 503 (default 16)",
+    )
+    srv.set_defaults(func=cmd_serve)
+
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
     info.add_argument("file", help="a GGUF file")
     info.add_argument("--target", help="also check that this drafter pairs with TARGET.gguf")
@@ -537,6 +559,51 @@ def cmd_info(args: argparse.Namespace) -> int:
     if p:
         print(f"  pairs with    {p['target']}: " + ("yes" if p["ok"] else f"NO: {p['problem']}"))
         return 0 if p["ok"] else 1
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import contextlib
+    import signal
+
+    try:
+        from .server import create_app
+        from .server.run import base_url, listen, make_server
+    except ImportError as exc:
+        raise LocalspecError(
+            f'serve needs the serve extra ({exc.name} is missing): pip install "localspec[serve]"'
+        ) from None
+    from .engine import load
+
+    if args.max_queue < 0:
+        raise LocalspecError(f"--max-queue must be >= 0, got {args.max_queue}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise LocalspecError("--api-key is empty")
+    sock = listen(args.host, args.port)  # a busy port fails before the model loads
+    draft: str | Literal[False] | None = False if args.no_draft else args.draft
+    with (
+        sock,
+        load(
+            args.target,
+            draft=draft,
+            n_draft=args.n_draft,
+            tree=_tree_arg(args),
+            n_gpu_layers=args.gpu_layers,
+            n_threads=args.threads,
+            n_ctx=args.ctx,
+        ) as eng,
+    ):
+        app = create_app(eng, api_key=args.api_key, max_queue=args.max_queue)
+        server = make_server(app)
+        print(f"localspec: {eng.drafter_note}", file=sys.stderr)
+        if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
+            print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)
+        print(f"serving {os.path.basename(eng.target_path)} at {base_url(sock)}/v1", flush=True)
+        # uvicorn shuts down on SIGTERM, then re-raises it: end like Ctrl-C, engine closed
+        signal.signal(signal.SIGTERM, _interrupt)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
+    print("localspec: server stopped", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,318 @@
+"""The app factory: OpenAI's endpoints over one loaded Engine, behind the FIFO worker."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..engine import Engine
+from .errors import APIError, internal_error
+from .protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    error_param,
+)
+from .responses import Answer
+from .worker import Job, Outcome, QueueFull, Start, Worker
+
+M = TypeVar("M", ChatCompletionRequest, CompletionRequest)
+T = TypeVar("T")
+
+DEFAULT_MAX_QUEUE = 16
+DEFAULT_MAX_BODY = 8 << 20  # bytes: far more than any context's worth of text
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default for raw completions
+
+
+class _JobStream(StreamingResponse):
+    """A server-sent event stream that cancels its job however it ends (a client that
+    disconnects cancels the stream)."""
+
+    def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+class Server:
+    """The state behind the routes: the engine, its worker and the settings."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        api_key: str | None,
+        max_queue: int,
+        max_body: int,
+        model_id: str | None,
+    ) -> None:
+        self.engine = engine
+        self.worker = Worker(engine, max_queue)
+        self.api_key = api_key.encode() if api_key else None
+        self.max_body = max_body
+        self.model_id = model_id or os.path.basename(engine.target_path)
+        self.created = int(time.time())
+
+    # --- request handling helpers -------------------------------------------------------------
+
+    def authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key:
+            raise APIError(
+                401,
+                "missing API key: send Authorization: Bearer KEY",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if not hmac.compare_digest(key.strip().encode(), self.api_key):
+            raise APIError(
+                401,
+                "incorrect API key",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    async def parse(self, request: Request, model: type[M]) -> M:
+        self.authorize(request)
+        too_large = APIError(
+            413, f"the request body is larger than {self.max_body} bytes", code="body_too_large"
+        )
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:
+            raise too_large
+        body = bytearray()
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > self.max_body:
+                    raise too_large
+        except ClientDisconnect:  # gone while sending: nobody reads the answer
+            raise APIError(400, "the client disconnected while sending its request") from None
+        try:
+            data = json.loads(body)
+        except ValueError as exc:  # includes bad UTF-8
+            raise APIError(400, f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise APIError(400, "the request body must be a JSON object")
+        try:
+            req = model.model_validate(data)
+        except ValidationError as exc:
+            param, message = error_param(exc)
+            raise APIError(400, message, param=param) from None
+        field = req.unsupported()
+        if field is not None:
+            raise APIError(
+                400,
+                f"{field} is not supported by localspec serve",
+                param=field,
+                code="unsupported_parameter",
+            )
+        return req
+
+    async def respond(
+        self,
+        request: Request,
+        req: ChatCompletionRequest | CompletionRequest,
+        start: Start,
+        answer: Answer,
+        prompt_field: str,
+    ) -> Response:
+        """Queue the generation, then answer whole or as a stream; a client that goes away
+        drops its job from the queue or stops it between steps."""
+        job = Job(
+            start, stream=req.stream, prompt_field=prompt_field, loop=asyncio.get_running_loop()
+        )
+        try:
+            self.worker.submit(job)
+        except QueueFull as full:
+            raise APIError(
+                503,
+                f"the server is busy: {self.worker.max_queue} requests are waiting",
+                type="server_error",
+                code="queue_full",
+                headers={"Retry-After": str(full.retry_after)},
+            ) from None
+        try:
+            if req.stream:
+                here, _ = await _unless_disconnected(request, job.started)
+                if not here:
+                    self.worker.cancel(job)
+                    return Response(status_code=204)  # nobody is listening
+                return _JobStream(_events(job, answer), lambda: self.worker.cancel(job))
+            here, out = await _unless_disconnected(request, _started_then_outcome(job))
+            if not here or out is None:
+                self.worker.cancel(job)
+                return Response(status_code=204)
+            if out.error is not None:
+                raise out.error
+            return JSONResponse(answer.whole(out))
+        except BaseException:
+            self.worker.cancel(job)
+            raise
+
+    # --- routes ---------------------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        req = await self.parse(request, ChatCompletionRequest)
+        messages = [m.as_template_message() for m in req.messages]
+        kw = req.sampling(default_max_tokens=self.engine.n_ctx)
+
+        def start(eng: Engine) -> Any:
+            return eng.chat(messages, **kw)
+
+        answer = Answer("chat", self.model_id, req.include_usage)
+        return await self.respond(request, req, start, answer, "messages")
+
+    async def completions(self, request: Request) -> Response:
+        req = await self.parse(request, CompletionRequest)
+        prompt = req.text_or_ids()
+        kw = req.sampling(default_max_tokens=COMPLETION_MAX_TOKENS)
+
+        def start(eng: Engine) -> Any:
+            return eng.generate(prompt, **kw)
+
+        answer = Answer("text", self.model_id, req.include_usage)
+        return await self.respond(request, req, start, answer, "prompt")
+
+    async def models(self, request: Request) -> Response:
+        self.authorize(request)
+        eng = self.engine
+        card = ModelCard(
+            id=self.model_id,
+            created=self.created,
+            meta={
+                "target": eng.target_path,
+                "drafter": eng.draft_path,
+                "draft_variant": eng.draft_variant,
+                "n_ctx": eng.n_ctx,
+            },
+        )
+        return JSONResponse(ModelList(data=[card]).model_dump(mode="json"))
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse(
+            {"status": "ok", "busy": self.worker.busy, "queued": self.worker.queued}
+        )
+
+
+async def _started_then_outcome(job: Job) -> Outcome:
+    await job.started
+    return await job.outcome()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, aw: Awaitable[T]) -> tuple[bool, T | None]:
+    """(True, aw's result), or (False, None) when the client disconnects first (aw is then
+    cancelled)."""
+    task = asyncio.ensure_future(aw)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        return False, None
+    return True, task.result()
+
+
+async def _events(job: Job, answer: Answer) -> AsyncIterator[bytes]:
+    head = answer.head()
+    if head:
+        yield head
+    while True:
+        texts: list[str] = []
+        outcome: Outcome | None = None
+        for item in await job.items():
+            if isinstance(item, Outcome):
+                outcome = item
+            elif item.text:
+                texts.append(item.text)
+        if texts:
+            yield answer.piece("".join(texts))
+        if outcome is not None:
+            yield answer.tail(outcome)
+            return
+
+
+def create_app(
+    engine: Engine,
+    *,
+    api_key: str | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    max_body: int = DEFAULT_MAX_BODY,
+    model_id: str | None = None,
+) -> Starlette:
+    """An ASGI app serving ``engine`` (loaded and owned by the caller) with OpenAI's API.
+
+    api_key: required as ``Authorization: Bearer KEY`` on /v1 routes when set; max_queue:
+    requests that may wait while one generates (more get 503 with Retry-After); max_body:
+    the largest request body in bytes; model_id: the served id (default: the target's file
+    name)."""
+    if max_queue < 0:
+        raise ValueError("max_queue must be >= 0")
+    srv = Server(engine, api_key=api_key, max_queue=max_queue, max_body=max_body, model_id=model_id)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        srv.worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(srv.worker.stop)
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, APIError)
+        return exc.response()
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        err = APIError(exc.status_code, str(exc.detail), code=None, headers=exc.headers)
+        return err.response()
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        return internal_error(exc).response()
+
+    app = Starlette(
+        routes=[
+            Route("/health", srv.health, methods=["GET"]),
+            Route("/v1/models", srv.models, methods=["GET"]),
+            Route("/v1/chat/completions", srv.chat_completions, methods=["POST"]),
+            Route("/v1/completions", srv.completions, methods=["POST"]),
+        ],
+        exception_handlers={APIError: api_error, HTTPException: http_error, Exception: unexpected},
+        lifespan=lifespan,
+    )
+    app.state.server = srv
+    return app

@@ -1,0 +1,52 @@
+"""Failures as OpenAI's error object: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from starlette.responses import JSONResponse
+
+from ..errors import ContextFullError, GenerationError, LocalspecError
+from .protocol import ErrorBody, ErrorResponse
+
+log = logging.getLogger("localspec.server")
+
+
+class APIError(Exception):
+    """An HTTP error to answer in OpenAI's shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = ErrorBody(message=message, type=type, param=param, code=code)
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(
+            ErrorResponse(error=self.body).model_dump(), self.status, headers=self.headers
+        )
+
+
+def internal_error(exc: BaseException) -> APIError:
+    """A failure that is not the request's fault: logged with its traceback, answered 500."""
+    log.error("internal error", exc_info=exc)
+    return APIError(500, f"internal error: {exc}", type="server_error", code="internal_error")
+
+
+def engine_error(exc: Exception, prompt_field: str) -> APIError:
+    """What the engine raised when asked to start a generation, as an HTTP error."""
+    if isinstance(exc, ContextFullError):
+        return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
+    if isinstance(exc, GenerationError) or not isinstance(exc, LocalspecError):
+        return internal_error(exc)
+    return APIError(400, str(exc))  # bad parameters, a chat template that refuses the messages

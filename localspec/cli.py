@@ -588,9 +588,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             draft=draft,
             n_draft=args.n_draft,
             tree=_tree_arg(args),
-            n_gpu_layers=args.gpu_layers,
-            n_threads=args.threads,
-            n_ctx=args.ctx,
+            **_engine_options(args),
         ) as eng,
     ):
         app = create_app(eng, api_key=args.api_key, max_queue=args.max_queue)

@@ -207,7 +207,10 @@ def detect_family(cfg: dict[str, Any]) -> Family:
     for arch in archs:
         if arch in REFUSED_ARCHS:
             raise CheckpointError(f"llama.cpp's eagle3 graph cannot run {REFUSED_ARCHS[arch]}")
-    if cfg.get("speculators_model_type") == "eagle3" or any(a in SPECULATORS_ARCHS for a in archs):
+    kind = cfg.get("speculators_model_type")
+    if kind is not None and kind != "eagle3":
+        raise CheckpointError(f"a speculators '{kind}' drafter is not an EAGLE-3 drafter")
+    if kind == "eagle3" or any(a in SPECULATORS_ARCHS for a in archs):
         return SPECULATORS
     if "_torchspec_version" in cfg:
         return TORCHSPEC
@@ -411,6 +414,8 @@ def readings(
             raise CheckpointError(
                 f"taps {t} must be 3 layer ids in 0..{n_layer - 1} for this target"
             )
+        if dc.tap_ids is None:
+            raise CheckpointError(f"the default taps {t} do not fit a {n_layer}-layer target")
         tried = "; ".join(f"{w}: {t}" for t, w in tap_opts)
         raise CheckpointError(
             f"the config's tap ids fit no reading for a {n_layer}-layer target ({tried}); "

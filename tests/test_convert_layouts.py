@@ -183,3 +183,9 @@ def test_refusals_name_the_feature(target, tmp_path) -> None:
         lambda c: c.update(architectures=["LlamaForCausalLMEagle3Deep"]),
     )
     _refused(ck, target, out, "several decoder layers")
+    # RedHatAI's *.peagle / *.dflash speculators are other algorithms
+    ck = _edit(
+        publish(str(tmp_path / "i"), "speculators-llama31"),
+        lambda c: c.update(speculators_model_type="dflash", architectures=["DFlashSpeculator"]),
+    )
+    _refused(ck, target, out, "speculators 'dflash' drafter is not an EAGLE-3")

@@ -71,7 +71,9 @@ def measure(
         m = Measured(r)
         drafted_at = [0] * cfg.n_draft
         accepted_at = [0] * cfg.n_draft
-        with load(target, draft=gguf_path, n_draft=cfg.n_draft, n_threads=cfg.n_threads) as eng:
+        with load(
+            target, draft=gguf_path, n_draft=cfg.n_draft, n_threads=cfg.n_threads, n_ctx=1024
+        ) as eng:
             for p in cfg.prompts:
                 for _ in eng.chat([{"role": "user", "content": p}], max_tokens=cfg.max_tokens):
                     pass
@@ -104,11 +106,16 @@ def choose(measured: Sequence[Measured]) -> tuple[Measured, str]:
     if len(tied) > 1:
         kept = tied[0]
         names = ", ".join(str(idx[id(m)]) for m in tied)
+        which = (
+            "the layout's convention"
+            if kept is measured[0]
+            else "the first of them in the layout's order of preference"
+        )
         return kept, (
             f"readings {names} tie within noise ({100 * best.rate:.1f}% best); kept reading "
-            f"{idx[id(kept)]}, the layout's convention: {kept.reading.why}. A drafter this "
-            "weak on these prompts cannot tell them apart; check with --check-acceptance on "
-            "your own prompts, or pass --taps / the flag options"
+            f"{idx[id(kept)]}, {which}: {kept.reading.why}. A drafter this weak on these "
+            "prompts cannot tell them apart; check with --check-acceptance on your own "
+            "prompts, or pass --taps / the flag options"
         )
     second = max((m for m in measured if m is not best), key=lambda m: m.rate)
     return best, (

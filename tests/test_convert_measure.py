@@ -197,3 +197,7 @@ def test_choose_keeps_the_convention_on_a_tie_and_says_so() -> None:
     assert "a margin of 40.0 points" in why
     best, why = choose([_m(0.0, 30, 0), _m(0.0, 30, 1), _m(0.0, 30, 2)])
     assert best.reading.why == "reading 0" and "readings 1, 2, 3 tie" in why
+    # a tie that leaves the convention out keeps the next reading in the layout's order
+    best, why = choose([_m(0.10, 400, 0), _m(0.60, 400, 1), _m(0.61, 400, 2)])
+    assert best.reading.why == "reading 1" and "readings 2, 3 tie" in why
+    assert "order of preference" in why

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,8 @@ from localspec.stats import Stats
 
 from . import formats as F
 from .checkpoint import load_tensors, read_config
-from .eagle3_gguf import Eagle3Config, write_eagle3_gguf
+from .eagle3_gguf import Eagle3Config, set_reading, write_eagle3_gguf
+from .measure import MeasureConfig, Measured, choose, measure
 from .verify import VerifyReport, acceptance, verify
 
 # output types gguf-py writes itself, and the K-quants that go through llama.cpp's quantizer
@@ -51,6 +52,8 @@ class ConvertResult:
     draft_vocab: int | None
     verify: VerifyReport | None = None
     acceptance: Stats | None = None
+    readings: list[Measured] = field(default_factory=list)  # when the config left a choice
+    choice: str = ""  # why the written reading was chosen
 
 
 def resolve_source(drafter: str, log: Callable[[str], None] = print) -> str:
@@ -104,7 +107,7 @@ def build_tensors(
             if frag in name:
                 raise CheckpointError(f"llama.cpp's eagle3 graph cannot run {what} ({name})")
         if name not in F.TENSOR_MAP and name not in F.SPECIAL:
-            if name.startswith("L.") or name.startswith("layers."):
+            if name.startswith(("L.", "layers.", "midlayer")):
                 raise CheckpointError(f"unexpected tensor {name}: is this a one-layer drafter?")
             raise CheckpointError(f"unexpected tensor {name} in the checkpoint")
     missing = [k for k in F.REQUIRED if k not in t]
@@ -113,6 +116,14 @@ def build_tensors(
 
     h, ff, nh, nkv = dc.hidden_size, dc.intermediate_size, dc.n_head, dc.n_head_kv
     hd = h // nh
+    fc_in = int(t["fc.weight"].shape[-1])
+    if fc_in != 3 * target_hidden:
+        cfg_says = dc.target_hidden_size
+        said = f" (config target_hidden_size {cfg_says})" if cfg_says else ""
+        raise CheckpointError(
+            f"the drafter's fc reads 3 x {fc_in / 3:g} target features{said}; the target has "
+            f"hidden size {target_hidden}: it was trained for another target"
+        )
     shapes = {
         "fc.weight": (h, 3 * target_hidden),
         "L.input_layernorm.weight": (h,),
@@ -209,6 +220,8 @@ def convert(
     *,
     outtype: str = "f16",
     taps: list[int] | None = None,
+    flags: dict[str, bool] | None = None,
+    measure_readings: MeasureConfig | bool = True,
     force: bool = False,
     check: bool = True,
     check_acceptance: bool = False,
@@ -216,9 +229,13 @@ def convert(
 ) -> ConvertResult:
     """Convert a drafter checkpoint (folder or repo id) for TARGET.gguf; returns what it did.
 
-    check: compare the GGUF with a PyTorch reference of the checkpoint and refuse to write it
-    below the output type's threshold. check_acceptance: also draft for the target on a few
-    prompts and report the acceptance (a wrong tap convention shows up there)."""
+    taps / flags (norm_output, norm_before_residual): take these as given instead of reading
+    them from the config. measure_readings: where the config leaves the tap numbering or a
+    flag's meaning open, draft for the target under every reading and keep the one it accepts
+    most (a MeasureConfig sets prompts and lengths); False takes the layout's convention and
+    says that it guessed. check: compare the GGUF with a PyTorch reference of the checkpoint
+    and refuse to write it below the output type's threshold. check_acceptance: also report the
+    acceptance of the written drafter on a few prompts."""
     if outtype not in OUTTYPES:
         raise InvalidParameterError(f"--outtype must be one of {', '.join(OUTTYPES)}")
     th = N.GGUFHeader(target, max_str_array=0)
@@ -236,6 +253,12 @@ def convert(
     folder = os.path.dirname(os.path.abspath(out))
     if not os.access(folder, os.W_OK):
         raise InvalidParameterError(f"cannot write to {folder}")
+    if taps is not None and (len(taps) != 3 or any(not 0 <= x < n_layer for x in taps)):
+        raise InvalidParameterError(
+            f"taps {list(taps)} must be 3 layer ids in 0..{n_layer - 1} for this target"
+        )
+    if flags and any(f not in F.SETTABLE_FLAGS for f in flags):
+        raise InvalidParameterError(f"settable flags: {', '.join(F.SETTABLE_FLAGS)}")
 
     src = resolve_source(drafter, log)
     dc = F.parse_config(read_config(src))
@@ -244,17 +267,14 @@ def convert(
             f"the drafter was trained on a target with hidden size {dc.target_hidden_size}; "
             f"{target} has {t_hidden}"
         )
-    tap_ids, how = (list(taps), "given with --taps") if taps else F.resolve_taps(dc, n_layer)
-    bad = [x for x in tap_ids if not 0 <= x < n_layer]
-    if len(tap_ids) != 3 or bad:
-        raise InvalidParameterError(
-            f"taps {tap_ids} must be 3 layer ids in 0..{n_layer - 1} for this target"
-        )
-    log(f"{dc.family.name} checkpoint; taps (input of layer) {tap_ids}: {how}")
-    log("flags: " + ", ".join(f"{k}={v}" for k, v in dc.flags.items()))
+    candidates = F.readings(dc, n_layer, taps=taps, flags=flags)
+    log(f"{dc.family.name} checkpoint (written by {dc.family.writers})")
     source = load_tensors(src)
     tensors = build_tensors(dc, source, t_hidden, t_vocab)
+    for note in dc.notes:
+        log(f"note: {note}")
 
+    first = candidates[0]
     cfg = Eagle3Config(
         n_embd=dc.hidden_size,
         n_ff=dc.intermediate_size,
@@ -263,17 +283,16 @@ def convert(
         rms_eps=dc.rms_eps,
         rope_theta=dc.rope_theta,
         context_length=dc.context_length,
-        target_layers=(tap_ids[0], tap_ids[1], tap_ids[2]),
+        target_layers=first.taps,
         target_hidden=t_hidden,
         norm_before_fc=dc.flags["norm_before_fc"],
-        norm_before_residual=dc.flags["norm_before_residual"],
+        norm_before_residual=first.flag_dict["norm_before_residual"],
         fc_norm=dc.flags["fc_norm"],
         fc_norm_eps=dc.rms_eps,
-        norm_output=dc.flags["norm_output"],
+        norm_output=first.flag_dict["norm_output"],
     )
     name = f"EAGLE drafter ({dc.family.name}) for {os.path.basename(target)}"
     draft_vocab = int(tensors[K.T_D2T].shape[0]) if K.T_D2T in tensors else None
-    res = ConvertResult(out, dc.family.name, tap_ids, how, dc.flags, outtype, draft_vocab)
     # write next to the destination, check, and only then rename into place
     fd, tmp = tempfile.mkstemp(prefix=".localspec-", suffix=".gguf", dir=folder)
     os.close(fd)
@@ -282,6 +301,14 @@ def convert(
             _write_k_quant(tmp, cfg, tensors, target, name, outtype)
         else:
             write_eagle3_gguf(tmp, cfg, _quantize(tensors, outtype), target, name=name)
+        chosen, measured, why = _settle(tmp, target, candidates, measure_readings, log)
+        dc = replace(dc, flags=chosen.flag_dict)
+        res = ConvertResult(
+            out, dc.family.name, list(chosen.taps), chosen.why, dc.flags, outtype, draft_vocab
+        )
+        res.readings, res.choice = measured, why
+        log(f"taps (input of layer) {list(chosen.taps)}: {chosen.why}")
+        log("flags: " + ", ".join(f"{k}={v}" for k, v in dc.flags.items()))
         if check:
             res.verify = verify(tmp, target, dc, source, outtype)
             log(res.verify.summary())
@@ -308,6 +335,37 @@ def convert(
             + " ".join(f"{100 * a:.0f}%" for a in st.acceptance_at)
         )
     return res
+
+
+def _settle(
+    path: str,
+    target: str,
+    candidates: list[F.Reading],
+    how: MeasureConfig | bool,
+    log: Callable[[str], None],
+) -> tuple[F.Reading, list[Measured], str]:
+    """The reading to write (the file is left in its state), what was measured, and why."""
+    if len(candidates) == 1:
+        return candidates[0], [], "the config is unambiguous"
+    if how is False:
+        kept = candidates[0]
+        why = (
+            f"NOT MEASURED: the config can be read {len(candidates)} ways and this is a guess, "
+            f"the layout's convention ({kept.why}); pass --taps and the flag options to be sure"
+        )
+        log(why)
+        set_reading(path, kept.taps, kept.flag_dict)
+        return kept, [], why
+    cfg = how if isinstance(how, MeasureConfig) else MeasureConfig()
+    log(
+        f"the config can be read {len(candidates)} ways; measuring the target's acceptance of "
+        f"each ({len(cfg.prompts)} prompt(s), chains of {cfg.n_draft}, {cfg.max_tokens} tokens):"
+    )
+    measured = measure(path, target, candidates, cfg, log)
+    best, why = choose(measured)
+    log(why)
+    set_reading(path, best.reading.taps, best.reading.flag_dict)
+    return best.reading, measured, why
 
 
 def _quantize(tensors: dict[str, np.ndarray], outtype: str) -> dict[str, Any]:

@@ -137,3 +137,22 @@ def write_eagle3_gguf(
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def set_reading(path: str, taps: tuple[int, int, int], flags: Mapping[str, bool]) -> None:
+    """Rewrite, in place, the keys that differ between readings of one checkpoint (the tap ids,
+    norm_before_residual, norm_output): same sizes, so the tensors are not touched."""
+    r = gguf.GGUFReader(path, "r+")
+    try:
+        layers = r.fields[K.TARGET_LAYERS]
+        if len(layers.data) != 3:
+            raise ModelFileError(f"{path} has {len(layers.data)} target layers, not 3")
+        for i, t in zip(layers.data, taps, strict=True):
+            layers.parts[i][0] = t
+        for key, name in ((K.NORM_BEFORE_RESIDUAL, "norm_before_residual"),
+                          (K.NORM_OUTPUT, "norm_output")):  # fmt: skip
+            if name in flags:
+                r.fields[key].parts[r.fields[key].data[0]][0] = bool(flags[name])
+        r.data.flush()
+    finally:
+        del r

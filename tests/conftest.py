@@ -20,6 +20,13 @@ def _own_cache_dir(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", os.path.join(str(tmp_path), "cache"))
 
 
+def quick_measure():  # type: ignore[no-untyped-def]
+    """A short measurement of readings, for tests where measuring is not the point."""
+    from localspec.converters.measure import MeasureConfig
+
+    return MeasureConfig(prompts=("the quick brown fox",), n_draft=3, max_tokens=12, n_threads=1)
+
+
 @pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("models")
@@ -35,3 +42,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def agree(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return tm.write_agreeing_pair(str(tmp_path_factory.mktemp("agree")))
+
+
+@pytest.fixture(scope="session")
+def trained_relay(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The relay target and drafters trained for it by `localspec train` (both variants)."""
+    pytest.importorskip("torch")
+    from trained import train_relay_drafters
+
+    return train_relay_drafters(str(tmp_path_factory.mktemp("relay")))

@@ -33,11 +33,21 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, out // n_head // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
 
 
-def hf_tensors(gg: dict[str, np.ndarray], ds: tm.DrafterShape, family: str, seed: int = 0):
-    """GGUF-layout tensors -> the family's checkpoint tensors (torch)."""
+def hf_tensors(
+    gg: dict[str, np.ndarray],
+    ds: tm.DrafterShape,
+    family: str,
+    seed: int = 0,
+    *,
+    prefix: str | None = None,
+    n_vocab: int = tm.N_VOCAB,
+):
+    """GGUF-layout tensors -> the family's checkpoint tensors (torch). prefix: the decoder
+    layer's tensor prefix (default: the family's)."""
     import torch
 
-    prefix = "layers.0." if family == "speculators" else "midlayer."
+    if prefix is None:
+        prefix = "layers.0." if family == "speculators" else "midlayer."
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     # rope_freqs is derived from the config by the converter, not stored in checkpoints
@@ -68,8 +78,8 @@ def hf_tensors(gg: dict[str, np.ndarray], ds: tm.DrafterShape, family: str, seed
     if "d2t" in gg:
         ids = gg["d2t"]
         out["d2t"] = ids - np.arange(ids.shape[0])  # offsets, as EAGLE stores them
-        mask = np.zeros(tm.N_VOCAB, dtype=bool)
-        mask[ids[(ids >= 0) & (ids < tm.N_VOCAB)]] = True
+        mask = np.zeros(n_vocab, dtype=bool)
+        mask[ids[(ids >= 0) & (ids < n_vocab)]] = True
         out["t2d"] = mask
     return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
 

@@ -309,3 +309,51 @@ def write_agreeing_pair(
     ds_path = os.path.join(folder, f"{name}.eagle3.gguf")
     write_drafter(ds_path, tpath, ds, target=ts, tensors=t)
     return tpath, ds_path
+
+
+# --- a target whose taps differ per layer ------------------------------------------------------
+# The agreeing target's layers add nothing, so every tap holds the same state and no tap
+# numbering can be told from another. Here every layer's FFN replaces the one-hot code of the
+# token by its image under a random permutation of its own, so the input of layer L is
+# one-hot(pi_{L-1}(...pi_0(t))) and each layer's tap speaks another code. The head maps the
+# last code to sigma(t) (with noise, so a few letters go elsewhere). `scale` multiplies the
+# residual stream, as the large activations of real targets do: an EAGLE-3 drafter trained on
+# it carries a large state, which is what tells its pre-norm feedback from EAGLE-3.1's.
+
+
+def _permuting_ffn(perm: np.ndarray, d: int, scale: float) -> dict[str, np.ndarray]:
+    """gate/up pick coordinate t of rms_norm(x) = sqrt(d) * one-hot(t); down writes
+    scale * (one-hot(perm[t]) - one-hot(t)), so x = scale * one-hot(t) leaves as
+    scale * one-hot(perm[t])."""
+    big = 8.0
+    xi = np.sqrt(d)
+    act = xi * big / (1 + np.exp(-xi * big)) * xi  # silu(gate x) * up x at the hot coordinate
+    down = np.zeros((d, N_VOCAB), dtype=np.float32)
+    down[perm, np.arange(N_VOCAB)] += scale / act
+    down[np.arange(N_VOCAB), np.arange(N_VOCAB)] -= scale / act
+    return {
+        "ffn_gate.weight": (np.eye(N_VOCAB, d) * big).astype(np.float32),
+        "ffn_up.weight": np.eye(N_VOCAB, d, dtype=np.float32),
+        "ffn_down.weight": down,
+    }
+
+
+def write_relay_target(
+    path: str, *, n_layer: int = 6, scale: float = 1000.0, head_noise: float = 0.3, seed: int = 7
+) -> str:
+    d = AGREE_EMBD
+    ts = TargetShape(n_embd=d, n_layer=n_layer, n_head=4, n_head_kv=4, n_ff=N_VOCAB)
+    rng = np.random.default_rng(seed)
+    w: dict[str, np.ndarray] = {"token_embd.weight": np.eye(N_VOCAB, d, dtype=np.float32) * scale}
+    code = np.arange(N_VOCAB)  # the code of token t after the layers so far
+    for i in range(n_layer):
+        perm = rng.permutation(N_VOCAB)
+        w[f"blk.{i}.attn_output.weight"] = np.zeros((d, d), dtype=np.float32)
+        for name, arr in _permuting_ffn(perm, d, scale).items():
+            w[f"blk.{i}.{name}"] = arr
+        code = perm[code]
+    head = np.zeros((N_VOCAB, d), dtype=np.float32)
+    head[sigma(), code] = 1.0
+    head += rng.standard_normal(head.shape).astype(np.float32) * head_noise
+    w["output.weight"] = head * 4.0
+    return write_target(path, ts, weights=w)

@@ -170,6 +170,11 @@ def last_errors(n: int = 3) -> str:
     return "; ".join(keep[-n:])
 
 
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can run layers on a GPU (CUDA, Metal, ...)."""
+    return bool(C.llama_supports_gpu_offload())
+
+
 # --- ggml types for KV caches, by the names options.KV_TYPES lists -------------------------
 
 _GGML_TYPE = dict(zip(KV_TYPES, (0, 1, 30, 8, 2), strict=True))  # f32 f16 bf16 q8_0 q4_0

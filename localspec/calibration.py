@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .clocks import Clock
 from .costmodel import CALIBRATION_REPS as REPS
 from .costmodel import CostModel, VerifyCurve
 from .drafter import Drafter
@@ -45,25 +46,31 @@ class Calibration:
         return CostModel(VerifyCurve(self.verify), self.expand, self.flush, max_nodes=max_nodes)
 
 
-def _best_time(fn: Callable[[], object]) -> float:
-    """The fastest of REPS runs: other processes only ever add time, and a calibration that
-    caught their noise would distort the curve's shape for a long while."""
+def _best_time(fn: Callable[[], object], clock: Clock) -> float:
+    """The fastest of REPS runs on the cost clock: other processes only ever add time, and a
+    calibration that caught their noise would distort the curve's shape for a long while."""
     ts = []
     for _ in range(REPS):
-        t0 = perf_counter()
+        t0 = clock()
         fn()
-        ts.append(perf_counter() - t0)
+        ts.append(clock() - t0)
     return min(ts)
 
 
 def measure(
-    target: Target, drafter: Drafter, *, max_rows: int, top_ks: tuple[int, ...]
+    target: Target,
+    drafter: Drafter,
+    *,
+    max_rows: int,
+    top_ks: tuple[int, ...],
+    clock: Clock = perf_counter,
 ) -> Calibration:
-    """Time real target decodes of growing batch sizes up to max_rows (until a time budget is
-    spent) and the drafter's decodes per frontier width. Both caches are cleared."""
+    """Time real target decodes of growing batch sizes up to max_rows (until a budget of cost-
+    clock time is spent) and the drafter's decodes per frontier width, on the cost clock. Both
+    caches are cleared."""
     tok = [t % target.n_vocab for t in range(1000, 1000 + max(max_rows, 8))]
     times: dict[int, float] = {}
-    spent = perf_counter()
+    spent = clock()  # the budget is on the cost clock too: stalls must not cut the curve short
     target.clear()
     warm = min(8, max_rows)
     target.decode(tok[:warm], all_logits=True)  # warm up (first decodes allocate)
@@ -75,8 +82,8 @@ def measure(
             target.keep(warm)
             target.decode(tok[:n], all_logits=True)
 
-        times[n] = _best_time(run)
-        if n >= 2 and perf_counter() - spent > BUDGET_S:
+        times[n] = _best_time(run, clock)
+        if n >= 2 and clock() - spent > BUDGET_S:
             break
     target.clear()
 
@@ -89,7 +96,7 @@ def measure(
         drafter.decode(tok[:2], g, 0)
 
     first_pair()  # warm up
-    flush = _best_time(first_pair)
+    flush = _best_time(first_pair, clock)
     expand: dict[int, float] = {}
     for k in top_ks:
         embd = np.zeros((k, drafter.n_embd), dtype=np.float32)
@@ -98,7 +105,7 @@ def measure(
             drafter.rewind(2)
             drafter.decode(tok[:k], embd, 2)
 
-        expand[k] = _best_time(width)
+        expand[k] = _best_time(width, clock)
     drafter.restart(0)
     return Calibration(times, expand, flush)
 
@@ -205,14 +212,16 @@ def calibrate(
     *,
     max_rows: int,
     top_ks: tuple[int, ...],
+    clock: Clock = perf_counter,
     recalibrate: bool = False,
 ) -> Calibration:
     """The stored calibration for this set-up, or a new measurement (stored for next time)."""
     key = cache_key(target, drafter, rt, max_rows, top_ks)
+    key["clock"] = getattr(clock, "__name__", "clock")
     if not recalibrate:
         cal = load(key)
         if cal is not None:
             return cal
-    cal = measure(target, drafter, max_rows=max_rows, top_ks=top_ks)
+    cal = measure(target, drafter, max_rows=max_rows, top_ks=top_ks, clock=clock)
     save(key, cal)
     return cal

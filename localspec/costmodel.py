@@ -22,6 +22,8 @@ with a short chain now and then, so speculation comes back if the text turns pre
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +35,7 @@ MAX_DEPTH = 10  # deepest draft auto considers
 TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
+REFRESH_T1 = 32  # drafting steps after which one plain step measures t(1) again
 UCB_Z = 1.5  # optimism of the exploration bound
 # prior rank distribution at the first draft position (then each depth borrows the one above)
 _PRIOR0 = np.array([0.5, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01, 0.26])
@@ -50,39 +53,44 @@ class Plan:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class _Ema:
-    """An exponential moving average. Until it has seen 1/alpha values it is a running mean
-    (weight: the observations behind the initial value, 0 for a guess), so a first
-    measurement replaces a guess at once; once established, single outliers are clipped to 3x
-    either way."""
+class _Recent:
+    """The median of the last `window` observations. A sporadic outlier (one stalled decode)
+    does not move it; a lasting change takes over after window // 2 + 1 observations. The value
+    it starts from counts as `weight` observations: a calibrated one as the repetitions behind
+    it, a guess as none, so that the first measurement replaces a guess at once."""
 
-    def __init__(self, value: float, alpha: float, weight: float = 0.0) -> None:
+    def __init__(self, value: float, window: int, weight: int = 0) -> None:
+        self.recent: deque[float] = deque([value] * min(weight, window), maxlen=window)
         self.value = value
-        self.alpha = alpha
-        self.weight = weight
+        self.n = weight
 
     def update(self, x: float) -> None:
-        if self.weight >= 1 and self.value > 0:
-            x = min(max(x, self.value / 3), self.value * 3)
-        self.weight += 1
-        self.value += max(self.alpha, 1 / self.weight) * (x - self.value)
+        self.recent.append(x)
+        self.n += 1
+        self.value = statistics.median(self.recent)
 
 
 CALIBRATION_REPS = 3
-ESTABLISHED = 3  # observations after which a size's cost shape is trusted to track t(1)
+WINDOW = 5  # observations behind each cost estimate (t(1): WINDOW + 2, it is observed often)
 
 
 class VerifyCurve:
     """t(n), seconds for one target decode of n tokens with logits on every row, modelled as a
-    base t(1) that follows the context's growth quickly and a shape t(n)/t(1) refined slowly.
-    times: calibrated decode times per batch size, each the best of CALIBRATION_REPS."""
+    base t(1) that follows the context's growth and a shape t(n)/t(1), each the median of its
+    recent observations. times: calibrated decode times per batch size (best of
+    CALIBRATION_REPS each). Sizes between measured ones are interpolated; ``max_measured`` is
+    the largest size ever measured, beyond which auto does not plan."""
 
     def __init__(self, times: dict[int, float]) -> None:
         base = times[1]
-        self.base = _Ema(base, 0.2, CALIBRATION_REPS)
-        self.ratio = {n: _Ema(t / base, 0.05, CALIBRATION_REPS) for n, t in times.items()}
-        self.ratio[1] = _Ema(1.0, 0.0, math.inf)
+        self.base = _Recent(base, WINDOW + 2, CALIBRATION_REPS)
+        self.ratio = {n: _Recent(t / base, WINDOW, CALIBRATION_REPS) for n, t in times.items()}
+        self.ratio[1] = _Recent(1.0, 1, 1)
         self._sizes = sorted(self.ratio)
+
+    @property
+    def max_measured(self) -> int:
+        return self._sizes[-1]
 
     def __call__(self, n: int) -> float:
         return self.base.value * self._ratio(n)
@@ -94,7 +102,7 @@ class VerifyCurve:
         s = self._sizes
         if n <= s[0]:
             return self.ratio[s[0]].value * max(n, 0) / s[0]
-        if n > s[-1]:  # extrapolate along the steeper of the last and the mean slope
+        if n > s[-1]:  # a guess for what was never measured: the steeper of two slopes
             if len(s) == 1:
                 return float(n)
             a, b = s[-2], s[-1]
@@ -107,16 +115,16 @@ class VerifyCurve:
         return (1 - w) * self.ratio[a].value + w * self.ratio[b].value
 
     def observe(self, n: int, seconds: float) -> None:
+        """One measured decode of n rows. t(1) learns only from one-row decodes and each size's
+        shape only from its own decodes, so a wrong estimate of one size (a calibration hit by
+        a stall) is corrected by that size's own measurements and never spreads to others."""
         if n == 1:
             self.base.update(seconds)
             return
         r = self.ratio.get(n)
         if r is None:  # a size never measured: its guessed shape is replaced by what we see
-            r = self.ratio[n] = _Ema(self._ratio(n), 0.05)
+            r = self.ratio[n] = _Recent(self._ratio(n), WINDOW)
             self._sizes = sorted(self.ratio)
-        # only a trusted shape may move t(1); a guessed one would drag it along its own error
-        if r.weight >= ESTABLISHED:
-            self.base.update(seconds / r.value)
         r.update(seconds / self.base.value)
 
 
@@ -196,12 +204,12 @@ class CostModel:
     ) -> None:
         self.verify = verify
         # per frontier width; writing the queued pairs and the first draft distribution
-        self.expand = {k: _Ema(t, 0.1, CALIBRATION_REPS) for k, t in draft_depth.items()}
-        self.flush = _Ema(flush, 0.1, CALIBRATION_REPS)
-        self.glue = {
-            "plain": _Ema(30e-6, 0.1),
-            "chain": _Ema(80e-6, 0.1),
-            "tree": _Ema(300e-6, 0.1),
+        self.expand = {k: _Recent(t, WINDOW, CALIBRATION_REPS) for k, t in draft_depth.items()}
+        self.flush = _Recent(flush, WINDOW, CALIBRATION_REPS)
+        self.glue = {  # guesses, replaced by the first measurement
+            "plain": _Recent(30e-6, WINDOW),
+            "chain": _Recent(80e-6, WINDOW),
+            "tree": _Recent(300e-6, WINDOW),
         }
         self.acceptance = Acceptance()
         self.max_nodes = max_nodes
@@ -209,8 +217,10 @@ class CostModel:
         # no drafting pays even on optimistic acceptance: the engine then stops feeding the
         # drafter (taps off) until a later search says otherwise
         self.hopeless = False
-        self._plan_version = -1
+        self._plan_version: tuple[int, int] = (-1, -1)
+        self._costs_version = 0  # bumped when a measured cost moved: plans are made again
         self._steps_since_plan = 0
+        self._steps_since_t1 = 0  # steps since a one-row decode was measured
 
     # --- prediction --------------------------------------------------------------------------
 
@@ -240,13 +250,17 @@ class CostModel:
 
     def _search(self, p: np.ndarray, budget: int, top_ks: tuple[int, ...]) -> Plan:
         best = Plan(None, 1.0, self.step_time(None))
-        max_depth = min(MAX_DEPTH, budget)
-        verify = np.array([self.verify(n) for n in range(max(self.max_nodes, MAX_DEPTH) + 2)])
+        # never a verify batch larger than one measured: an extrapolated cost is a guess
+        max_nodes = min(self.max_nodes, self.verify.max_measured - 1)
+        max_depth = min(MAX_DEPTH, budget, max_nodes)
+        if max_depth < 1:
+            return best
+        verify = np.array([self.verify(n) for n in range(max_nodes + 2)])
         for k in top_ks:
             if k not in self.expand:  # widths the engine cannot draft were not calibrated
                 continue
             for depth, vals in enumerate(expected_lengths(p, k, max_depth), start=1):
-                cum = 1.0 + np.cumsum(vals[: depth if k == 1 else self.max_nodes])
+                cum = 1.0 + np.cumsum(vals[: depth if k == 1 else max_nodes])
                 if k == 1:  # a chain verifies every drafted position
                     nodes = np.array([depth])
                     gain = cum[depth - 1 : depth]
@@ -271,20 +285,30 @@ class CostModel:
         self._steps_since_plan += 1
         # while evidence is thin every new observation counts: replan at once
         every = 1 if self.acceptance.counts[0].sum() < 32 else 4
-        stale = self.acceptance.version != self._plan_version and self._steps_since_plan >= every
+        version = (self.acceptance.version, self._costs_version)
+        stale = version != self._plan_version and self._steps_since_plan >= every
         if self._plan is None or stale or self._steps_since_plan >= 64:
             self._replan()
         plan = self._plan
         assert plan is not None
+        if plan.shape is not None and self._steps_since_t1 >= REFRESH_T1:
+            # drafting for a long while: plain decoding's own cost (the bar drafting must beat)
+            # was not measured since; one plain step measures it again
+            return Plan(None, 1.0, self.step_time(None), explore=True)
         if plan.shape is not None and plan.shape.depth > budget:
-            return self.predict(None) if budget < 1 else self.predict(plan.shape.clipped(budget))
+            plain = self.predict(None)
+            if budget < 1:
+                return plain
+            # clipped near the end: drafting only if the model still expects it to pay
+            clipped = self.predict(plan.shape.clipped(budget))
+            return clipped if clipped.tokens_per_s > plain.tokens_per_s else plain
         if plan.explore:
             self._plan = None  # a probe is one step; decide again afterwards
         return plan
 
     def _replan(self) -> None:
         self._steps_since_plan = 0
-        self._plan_version = self.acceptance.version
+        self._plan_version = (self.acceptance.version, self._costs_version)
         budget = MAX_DEPTH
         p = self.acceptance.probabilities()
         plan = self._search(p, budget, TOP_KS)
@@ -314,14 +338,18 @@ class CostModel:
         ranks: list[tuple[int, int]],
         emitted: int,
     ) -> None:
+        self._steps_since_t1 = 0 if verify_rows == 1 else self._steps_since_t1 + 1
+        before = self.verify(verify_rows)
         self.verify.observe(verify_rows, t_verify)
+        if abs(self.verify(verify_rows) - before) > 0.1 * before:
+            self._costs_version += 1
         if shape is None:
             self.glue["plain"].update(t_glue + t_draft)  # plain steps' drafter work: queueing
         else:
             self.flush.update(t_flush)
             if shape.depth > 1:
                 per = max(t_draft - t_flush, 0.0) / (shape.depth - 1)
-                self.expand.setdefault(shape.top_k, _Ema(per, 0.1)).update(per)
+                self.expand.setdefault(shape.top_k, _Recent(per, WINDOW)).update(per)
             self.glue["chain" if shape.is_chain else "tree"].update(t_glue)
         for depth, rank in ranks:
             self.acceptance.observe(depth, rank)

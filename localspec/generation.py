@@ -152,9 +152,10 @@ class Generation:
         if plan.sleep:
             tgt.set_taps_active(False)
         dft = eng.drafter if self.mode.drafts and not sched.dormant else None
-        t0 = perf_counter()
+        t0, c0 = perf_counter(), sched.clock()
         res = self._run(plan, dft)
         glue = perf_counter() - t0 - res.t_target - res.t_draft
+        c_glue = sched.clock() - c0 - res.c_target - res.c_draft
         stats.t_target += res.t_target
         stats.t_draft += res.t_draft
         stats.t_glue += glue
@@ -164,7 +165,7 @@ class Generation:
         )
         if plan.prediction is not None:
             stats.record_prediction(plan.prediction.tokens, plan.prediction.seconds)
-        sched.observe(plan, res, glue)
+        sched.observe(plan, res, c_glue)
         self.last = res.tokens[-1]
         return res
 
@@ -172,7 +173,8 @@ class Generation:
         eng, shape = self.eng, plan.shape
         if shape is not None and not shape.is_chain:
             assert dft is not None
-            return tree_step(eng.target, dft, self.last, shape, self.sp, self.draws)
+            clock = eng.scheduler.clock
+            return tree_step(eng.target, dft, self.last, shape, self.sp, self.draws, clock=clock)
         k = shape.depth if shape is not None else 0
         return speculative_step(
             eng.target,
@@ -183,6 +185,7 @@ class Generation:
             self.draws,
             ranks=plan.prediction is not None,
             own_draws=k == 0 or not self.mode.rejection_sampling,
+            clock=eng.scheduler.clock,
         )
 
     def _wake(self) -> None:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Literal
 
+from . import _native as N
 from .calibration import calibrate
+from .clocks import cost_clock
 from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan
 from .drafter import Drafter
 from .options import RuntimeOptions
@@ -71,6 +73,10 @@ class Scheduler:
         self.max_top_k = max_top_k
         self.cost: CostModel | None = None  # calibrated on the first auto call
         self.mode = Mode("plain")
+        # auto's clock (clocks.cost_clock); the drafter times its flushes on it too
+        self.clock = cost_clock(rt.n_gpu_layers != 0 and N.gpu_offload_supported())
+        if drafter is not None:
+            drafter.clock = self.clock
         self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays
         self.t_calibrate = 0.0  # seconds the last start() spent timing decodes
 
@@ -87,6 +93,7 @@ class Scheduler:
                 self.rt,
                 max_rows=min(self.target.n_batch, max(self.max_tree, MAX_DEPTH) + 1),
                 top_ks=tuple(k for k in TOP_KS if k == 1 or k <= self.max_top_k),
+                clock=self.clock,
                 recalibrate=recalibrate,
             )
             self.cost = cal.cost_model(self.max_tree)
@@ -129,16 +136,17 @@ class Scheduler:
         return shape
 
     def observe(self, plan: StepPlan, res: StepResult, glue: float) -> None:
-        """Teach auto's cost model what the step cost and where the drafter's picks ranked."""
+        """Teach auto's cost model what the step cost (cost-clock seconds; glue: the rest of
+        the step) and where the drafter's picks ranked."""
         if plan.prediction is None or self.cost is None:
             return
         shape = plan.shape
         self.cost.observe(
             shape,
             verify_rows=res.n_drafted + 1,
-            t_verify=res.t_target,
-            t_flush=res.t_flush,
-            t_draft=res.t_draft,
+            t_verify=res.c_target,
+            t_flush=res.c_flush,
+            t_draft=res.c_draft,
             t_glue=glue,
             ranks=res.ranks,
             emitted=len(res.tokens),

@@ -20,6 +20,7 @@ from time import perf_counter
 
 import numpy as np
 
+from .clocks import Clock
 from .drafter import Drafter
 from .sampling import Draws, SamplingParams, probs, sample, sample_at
 from .target import Target
@@ -32,12 +33,20 @@ class StepResult:
     tokens: list[int]  # emitted: accepted drafts, then the target's own token (the new last)
     n_drafted: int
     n_accepted: int
-    t_target: float
-    t_draft: float
+    t_target: float  # wall seconds of the verify decode (the statistics)
+    t_draft: float  # wall seconds of the drafter's work
+    # the same on the cost clock (costmodel.cost_clock: what auto learns costs from)
+    c_target: float = 0.0
+    c_draft: float = 0.0
+    c_flush: float = 0.0  # of c_draft: writing the queued pairs
     # (draft depth, rank of the emitted token among the drafter's candidates there) for every
     # position where the drafter's distribution was computed: what the cost model learns from
     ranks: list[tuple[int, int]] = field(default_factory=list)
-    t_flush: float = 0.0  # of t_draft: writing the queued pairs
+
+
+def now(clock: Clock) -> tuple[float, float]:
+    """(wall seconds, cost-clock seconds), read together."""
+    return perf_counter(), clock()
 
 
 def pick(
@@ -130,13 +139,14 @@ def speculative_step(
     *,
     ranks: bool = False,
     own_draws: bool = True,
+    clock: Clock = perf_counter,
 ) -> StepResult:
     """Advance by one target decode. k=0 (or no drafter) is plain decoding on the same path;
     with a drafter its pairs are still queued, so drafting can resume at any step. ranks: also
     report where the emitted tokens ranked in the drafter's distributions. own_draws: accept
     by the target's own position-keyed draws (greedy drafts); else, when sampling, by
     rejection sampling of drafts drawn from the drafter."""
-    t0 = perf_counter()
+    t0 = now(clock)
     n = target.n
     drafts: list[int] = []
     qs: list[np.ndarray | None] = []
@@ -145,10 +155,10 @@ def speculative_step(
     if drafter is not None and k > 0:
         dsp = sp if rejection else GREEDY
         drafts, qs = draft_chain(drafter, k, dsp, draws.rng, kept)
-    t1 = perf_counter()
+    t1 = now(clock)
 
     logits = target.decode([last, *drafts], all_logits=True)
-    t2 = perf_counter()
+    t2 = now(clock)
     if rejection:
         m, y = accept(logits, drafts, qs, sp, draws.rng)
     else:
@@ -156,23 +166,39 @@ def speculative_step(
     if m < len(drafts):
         target.keep(n + m + 1)  # keep last, d1..dm at positions n..n+m
 
-    t3 = perf_counter()
+    t3 = now(clock)
     if drafter is not None:
         taps = target.read_taps(m + 1)
         if drafts:
             drafter.rewind()  # positions >= n held draft states, not target features
         # pairs for P = n..n+m: (token[P+1], g[P]) with token[n+1..n+m+1] = d1..dm, y
         drafter.queue([*drafts[:m], y], taps)
-    t4 = perf_counter()
+    t4 = now(clock)
 
     emitted = [*drafts[:m], y]
-    res = StepResult(emitted, len(drafts), m, t2 - t1, (t1 - t0) + (t4 - t3))
+    res = timed(StepResult(emitted, len(drafts), m, 0.0, 0.0), t0, t1, t2, t3, t4)
     if drafts and drafter is not None:
-        res.t_flush = drafter.t_flush
+        res.c_flush = drafter.t_flush
     if kept:
         # rank = how many draft-vocabulary logits beat the emitted token's
         res.ranks = [
             (i, int(np.count_nonzero(kept[i] > kept[i][emitted[i]])))
             for i in range(min(m + 1, len(kept)))
         ]
+    return res
+
+
+def timed(
+    res: StepResult,
+    t0: tuple[float, float],
+    t1: tuple[float, float],
+    t2: tuple[float, float],
+    t3: tuple[float, float],
+    t4: tuple[float, float],
+) -> StepResult:
+    """Fill a step's times from its marks: draft t0-t1, verify t1-t2, accept t2-t3 (glue),
+    feeding the drafter t3-t4 (draft work too)."""
+    res.t_target, res.c_target = t2[0] - t1[0], t2[1] - t1[1]
+    res.t_draft = (t1[0] - t0[0]) + (t4[0] - t3[0])
+    res.c_draft = (t1[1] - t0[1]) + (t4[1] - t3[1])
     return res

@@ -32,10 +32,11 @@ from time import perf_counter
 
 import numpy as np
 
+from .clocks import Clock
 from .drafter import Drafter
 from .errors import InvalidParameterError
 from .sampling import Draws, SamplingParams
-from .speculative import StepResult, pick, rank_of
+from .speculative import StepResult, now, pick, rank_of, timed
 from .target import Target
 
 MAX_TOP_K = 8
@@ -229,25 +230,25 @@ def tree_step(
     shape: TreeShape,
     sp: SamplingParams,
     draws: Draws,
+    *,
+    clock: Clock = perf_counter,
 ) -> StepResult:
     """Draft a tree, verify it in one target decode, accept the longest matching path."""
-    t0 = perf_counter()
+    t0 = now(clock)
     tree = draft_tree(drafter, shape)
     t_flush = drafter.t_flush
-    t1 = perf_counter()
+    t1 = now(clock)
     n = target.n
     logits = target.verify_tree(last, tree.tokens, tree.depths, tree.parents)
-    t2 = perf_counter()
+    t2 = now(clock)
     out = _walk(tree, logits, sp, draws, n + 1)
     target.commit_tree(last, out.path, tree.tokens)
 
-    t3 = perf_counter()
+    t3 = now(clock)
     rows = [0] + [i + 1 for i in out.path]
     accepted = [tree.tokens[i] for i in out.path]
     drafter.queue([*accepted, out.y], target.read_taps(rows[-1] + 1)[rows])
-    t4 = perf_counter()
-    res = StepResult(
-        [*accepted, out.y], len(tree.tokens), len(out.path), t2 - t1, (t1 - t0) + (t4 - t3)
-    )
-    res.ranks, res.t_flush = out.ranks, t_flush
-    return res
+    t4 = now(clock)
+    res = StepResult([*accepted, out.y], len(tree.tokens), len(out.path), 0.0, 0.0)
+    res.ranks, res.c_flush = out.ranks, t_flush
+    return timed(res, t0, t1, t2, t3, t4)

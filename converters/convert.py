@@ -25,6 +25,8 @@ from localspec.errors import (
 )
 from localspec.hardware import physical_cores
 from localspec.stats import Stats
+from localspec.taps import NONE as NO_TAPS
+from localspec.taps import route_for
 
 from . import formats as F
 from .checkpoint import load_tensors, read_config
@@ -242,8 +244,11 @@ def convert(
     arch = th.architecture or "unknown"
     if arch == K.EAGLE3_ARCH:
         raise InvalidParameterError(f"{target} is a drafter; give the target GGUF")
-    if arch not in K.TAPPABLE_ARCHS:
-        raise UnsupportedModelError(f"target architecture '{arch}' cannot feed an EAGLE-3 drafter")
+    if route_for(arch) == NO_TAPS:
+        raise UnsupportedModelError(
+            f"target architecture '{arch}' has recurrent (state-space) layers and cannot be "
+            "speculated on, so no drafter can be made for it"
+        )
     n_layer = int(th.arch_key("block_count") or 0)
     t_hidden = int(th.arch_key("embedding_length") or 0)
     t_vocab = int(th.kv_len.get("tokenizer.ggml.tokens", 0))

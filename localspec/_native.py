@@ -235,6 +235,11 @@ class NativeModel:
     def size_bytes(self) -> int:
         return int(C.llama_model_size(self.ptr))
 
+    @property
+    def recurrent(self) -> bool:
+        """Recurrent or hybrid (state space) layers: their state cannot be cut back."""
+        return bool(C.llama_model_is_recurrent(self.ptr) or C.llama_model_is_hybrid(self.ptr))
+
     def target_layer_ids(self) -> tuple[int, ...]:
         """The tap ids an eagle3 drafter's GGUF declares (as llama.cpp read them)."""
         n = model_target_layer_ids_n(self.ptr)
@@ -311,6 +316,7 @@ class NativeContext:
         n_seq_max: int = 1,
         ctx_other: NativeContext | None = None,
         embeddings_nextn: bool = False,
+        graph_taps: GraphTaps | None = None,
     ) -> None:
         if not 1 <= n_seq_max <= min(n_batch, 256):
             # llama.cpp aborts the process on these (a batch must fit one row per sequence)
@@ -326,6 +332,11 @@ class NativeContext:
         params.type_v = _GGML_TYPE[kv_type]
         params.kv_unified = kv_unified
         params.no_perf = True
+        # a sliding-window cache prunes cells that fall out of the window; keep them all, so
+        # that the cache can be cut back to any earlier position (prefix reuse, rollback)
+        params.swa_full = True
+        if graph_taps is not None:
+            params.cb_eval = graph_taps.callback  # GraphTaps keeps the callback object alive
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
         if ctx_other is not None:
@@ -337,6 +348,7 @@ class NativeContext:
             raise GenerationError(f"cannot create a llama.cpp context (n_ctx={n_ctx}): {detail}")
         self.ptr: Any = ptr
         self.model = model
+        self.graph_taps = graph_taps
         self.n_ctx = int(C.llama_n_ctx(ptr))
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max
@@ -350,10 +362,14 @@ class NativeContext:
     # --- running graphs ------------------------------------------------------------------------
 
     def decode(self, batch: Batch, what: str) -> None:
+        if self.graph_taps is not None:
+            self.graph_taps.begin()
         rc = C.llama_decode(self.ptr, batch.struct)
         if rc != 0:
             detail = last_errors()
             raise GenerationError(f"llama_decode failed on the {what} (code {rc}) {detail}".strip())
+        if self.graph_taps is not None:
+            self.graph_taps.check()
 
     def encode(self, batch: Batch, what: str) -> None:
         rc = C.llama_encode(self.ptr, batch.struct)
@@ -486,6 +502,86 @@ class Batch:
         self.struct.n_tokens = n
 
 
+# --- hidden states through the graph's eval callback ------------------------------------------
+# ggml asks the callback about every node of the graph (ask=True: "do you want its data?") and
+# calls it again (ask=False) for the nodes it said yes to, once computed. Every decoder layer's
+# output is named l_out-<il>, so this reaches the hidden states of any architecture, where
+# llama.cpp's staging API only serves graphs that record layer inputs.
+
+
+class _TensorHead(ctypes.Structure):
+    """The leading fields of ggml's struct ggml_tensor (ggml.h): type, buffer, ne, nb."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+    ]
+
+
+class GraphTaps:
+    """Copies named graph nodes of every decode into numpy buffers (rows in batch order: one
+    micro-batch per decode, or several appended in order). ``census`` (a set) collects the
+    name of every node asked about, to learn what a graph offers."""
+
+    def __init__(self, capacity: int, width: int) -> None:
+        self.capacity, self.width = capacity, width
+        self.active = False
+        self.census: set[bytes] | None = None
+        self._slot: dict[bytes, int] = {}  # node name -> buffer
+        self._bufs: list[np.ndarray] = []
+        self._rows: list[int] = []
+        self.error = ""
+        # the C function pointer must stay referenced while llama.cpp can call it
+        self.callback = C.ggml_backend_sched_eval_callback(self._on_node)
+
+    def want(self, names: list[bytes]) -> None:
+        self._slot = {n: i for i, n in enumerate(names)}
+        self._bufs = [np.zeros((self.capacity, self.width), dtype=np.float32) for _ in names]
+        self._rows = [0] * len(names)
+
+    def begin(self) -> None:
+        self._rows = [0] * len(self._rows)
+        self.error = ""
+
+    def rows(self, slot: int, n_rows: int) -> np.ndarray:
+        """The copied rows of a wanted node (a view, valid until the next decode)."""
+        if self._rows[slot] < n_rows:
+            raise GenerationError(
+                f"the graph gave {self._rows[slot]} rows of a tapped layer, {n_rows} expected"
+            )
+        return self._bufs[slot][:n_rows]
+
+    def check(self) -> None:
+        if self.error:
+            raise GenerationError(f"tapping the target's graph failed: {self.error}")
+
+    def _on_node(self, t: int, ask: bool, _user: Any) -> bool:
+        # runs inside llama_decode for every node: no exceptions may escape (ctypes would
+        # print them and return False, which tells ggml to stop computing the graph)
+        try:
+            name = _ggml_get_name(t)
+            if ask:
+                if self.census is not None:
+                    self.census.add(name)
+                return self.active and name in self._slot
+            slot = self._slot[name]
+            head = _TensorHead.from_address(t)
+            n, at = int(head.ne[1]), self._rows[slot]
+            if head.type != 0 or head.ne[0] != self.width or head.nb[1] != 4 * self.width:
+                self.error = f"node {name.decode()} is not {self.width} contiguous f32 columns"
+            elif at + n > self.capacity:
+                self.error = f"node {name.decode()} has {at + n} rows, more than {self.capacity}"
+            else:
+                dst = self._bufs[slot][at:].ctypes.data
+                _ggml_tensor_get(t, dst, 0, n * self.width * 4)
+                self._rows[slot] = at + n
+        except Exception as exc:  # noqa: BLE001 - reported after the decode instead
+            self.error = f"{type(exc).__name__}: {exc}"
+        return True
+
+
 def float_rows(ptr: Any, n_rows: int, width: int) -> np.ndarray:
     """View n_rows x width floats at a C pointer (valid until the next decode: copy to keep)."""
     if not ptr:
@@ -525,6 +621,10 @@ def _bind_c(name: str, argtypes: list[Any], restype: Any) -> Any:
 
 
 _vp = ctypes.c_void_p
+_ggml_get_name = _bind_c("ggml_get_name", [_vp], ctypes.c_char_p)
+_ggml_tensor_get = _bind_c(
+    "ggml_backend_tensor_get", [_vp, _vp, ctypes.c_size_t, ctypes.c_size_t], None
+)
 _g_init = _bind_c("gguf_init_from_file", [ctypes.c_char_p, _GGUFInitParams], _vp)
 _g_free = _bind_c("gguf_free", [_vp], None)
 _g_n_kv = _bind_c("gguf_get_n_kv", [_vp], ctypes.c_int64)

@@ -119,4 +119,4 @@ class DrafterSpec:
                 f"drafter {p} has a vocabulary of {self.vocab_size} tokens, the target "
                 f"{target.n_vocab}"
             )
-        target.check_tappable()
+        target.check_tappable(self.taps)

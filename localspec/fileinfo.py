@@ -13,6 +13,7 @@ import gguf
 from . import _native as N
 from . import gguf_keys as K
 from .drafter_spec import DrafterSpec
+from .taps import GRAPH, NONE, STAGING, route_for
 
 
 def _type_name(ggml_type: int) -> str:
@@ -72,7 +73,7 @@ def describe(path: str) -> dict[str, Any]:
             "made_for": {k: v for k, v in spec.target_record.items() if v is not None} or None,
         }
     else:
-        info["tappable"] = arch in K.TAPPABLE_ARCHS
+        info["taps_via"] = route_for(arch)
     return info
 
 
@@ -81,6 +82,13 @@ def _numel(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+TAPS_VIA = {
+    STAGING: "through llama.cpp's staging API (its graph records layer inputs)",
+    GRAPH: "through the graph's eval callback (layer outputs l_out-<il>; checked at load)",
+    NONE: "not supported: recurrent or hybrid layers cannot be rolled back after a rejection",
+}
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -102,14 +110,7 @@ def format_info(info: dict[str, Any]) -> str:
     ]
     d = info.get("drafter")
     if d is None:
-        lines.append(
-            "  EAGLE-3 taps  "
-            + (
-                "supported (llama.cpp records its layer inputs)"
-                if info["tappable"]
-                else "not supported: llama.cpp cannot tap this architecture"
-            )
-        )
+        lines.append(f"  EAGLE-3 taps  {TAPS_VIA[info['taps_via']]}")
         return "\n".join(lines)
     flags = [
         f for f in ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual") if d[f]

@@ -36,10 +36,11 @@ T_OUTPUT = "output.weight"
 T_TOKEN_EMBD = "token_embd.weight"
 T_D2T = "d2t"
 
-# Architectures whose llama.cpp graph records layer inputs (grep `t_layer_inp` in
-# vendor/llama.cpp/src/models/ of llama-cpp-python 0.3.36). Tapping any other one hits a
-# GGML_ASSERT that aborts the process, so we refuse it in Python first.
-TAPPABLE_ARCHS = frozenset(
+# Architectures whose llama.cpp graph records layer inputs for the staging API (grep
+# `t_layer_inp` in vendor/llama.cpp/src/models/ of llama-cpp-python 0.3.36). Asking any other
+# one for staged inputs hits a GGML_ASSERT that aborts the process: those are tapped through
+# the graph's eval callback instead (taps.py).
+STAGING_ARCHS = frozenset(
     {
         "llama",
         "nanbeige",
@@ -63,3 +64,17 @@ TAPPABLE_ARCHS = frozenset(
         "mimo2",
     }
 )
+
+# Recurrent and hybrid (state-space) architectures (llm_arch_is_recurrent / _hybrid in
+# vendor/llama.cpp/src/llama-arch.cpp, 0.3.36): their state cannot be cut back after rejected
+# drafts here, so they cannot be speculated on. The loaded model's own flags
+# (llama_model_is_recurrent / _hybrid) decide at load; this list lets `info` say so from the
+# header alone.
+RECURRENT_ARCHS = frozenset(
+    {
+        "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7",
+        "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+        "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
+        "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
+    }
+)  # fmt: skip

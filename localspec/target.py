@@ -10,23 +10,31 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from . import _native as N
 from .errors import ContextFullError, UnsupportedModelError
-from .gguf_keys import TAPPABLE_ARCHS
 from .options import RuntimeOptions
+from .taps import GRAPH, STAGING, CallbackTaps, StagingTaps, input_node, route_for
 
 
 class Target:
     """Owns the target model and its context; decodes batches and exposes logits and taps."""
 
     def __init__(
-        self, path: str, rt: RuntimeOptions, *, n_seq: int = 1, tree_nodes: int = 0
+        self,
+        path: str,
+        rt: RuntimeOptions,
+        *,
+        n_seq: int = 1,
+        tree_nodes: int = 0,
+        tap_route: str | None = None,
     ) -> None:
         """n_seq > 1: independent sequences, each in its own KV stream (training data);
-        tree_nodes > 0: draft trees of up to that many nodes can be verified."""
+        tree_nodes > 0: draft trees of up to that many nodes can be verified; tap_route: force
+        taps.GRAPH on an architecture the staging API serves too (to compare the two)."""
         rt = rt.checked()
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -34,20 +42,21 @@ class Target:
         self.model = N.NativeModel(path, n_gpu_layers=rt.n_gpu_layers)
         # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
         self.gap_seq = tree_nodes + 1
+        self.tap_route = tap_route or route_for(self.architecture)
+        self._ctx_args: dict[str, Any] = {
+            "n_ctx": rt.n_ctx or int(self.header.arch_key("context_length") or 0) or 4096,
+            "n_batch": rt.n_batch,
+            "n_threads": rt.threads,
+            "kv_type": rt.kv_type,
+            "flash_attn": rt.flash_attn,
+            "n_seq_max": max(n_seq, self.gap_seq + 1 if tree_nodes else 1),
+            # parallel sequences get a KV stream each, so attention stays per sequence (a
+            # draft tree needs one unified stream, a sequence id per leaf); the graph callback
+            # needs one stream too: with several, llama.cpp reorders rows by sequence
+            "kv_unified": n_seq == 1 or self.tap_route == GRAPH,
+        }
         try:
-            n_ctx = rt.n_ctx or int(self.header.arch_key("context_length") or 0) or 4096
-            self.ctx = N.NativeContext(
-                self.model,
-                n_ctx=n_ctx,
-                n_batch=rt.n_batch,
-                n_threads=rt.threads,
-                kv_type=rt.kv_type,
-                flash_attn=rt.flash_attn,
-                # parallel sequences get a KV stream each, so attention stays per sequence;
-                # a draft tree needs one unified stream and a sequence id per leaf
-                n_seq_max=max(n_seq, self.gap_seq + 1 if tree_nodes else 1),
-                kv_unified=n_seq == 1,
-            )
+            self.ctx = N.NativeContext(self.model, **self._ctx_args)
         except BaseException:
             self.model.close()
             raise
@@ -58,7 +67,8 @@ class Target:
         self.n_layer = self.model.n_layer
         self.tree_nodes = tree_nodes
         self.taps: tuple[int, ...] = ()
-        self._taps_active = False
+        self._tap_source: StagingTaps | CallbackTaps | None = None
+        self._census: set[bytes] | None = None  # graph node names (graph callback route)
         self._batch = N.Batch(rt.n_batch)
         self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
         self._fingerprint: str | None = None
@@ -68,43 +78,77 @@ class Target:
 
     # --- taps --------------------------------------------------------------------------------
 
-    def check_tappable(self) -> None:
-        if self.architecture not in TAPPABLE_ARCHS:
+    def check_tappable(self, layers: tuple[int, ...] = ()) -> None:
+        """Refuse, before anything native could abort, a target whose hidden states cannot
+        feed a drafter: recurrent or hybrid memory (its state cannot be cut back after
+        rejected drafts), taps outside its layers, or a graph that does not name them."""
+        if self.model.recurrent:
             raise UnsupportedModelError(
-                f"target architecture '{self.architecture}' cannot feed an EAGLE-3 drafter: its "
-                "llama.cpp graph does not expose layer inputs (tappable: "
-                + ", ".join(sorted(TAPPABLE_ARCHS))
-                + ")"
+                f"target architecture '{self.architecture}' has recurrent (state-space) layers: "
+                "their state cannot be rolled back after rejected drafts, so it cannot be "
+                "speculated on (it still runs with draft=False)"
             )
-
-    def enable_taps(self, layer_ids: tuple[int, ...]) -> None:
-        """Keep the input of these layers for every decoded token (checked: no native abort)."""
-        self.check_tappable()
-        for lid in layer_ids:
+        for lid in layers:
             if not 0 <= lid < self.n_layer:
                 raise UnsupportedModelError(
                     f"tap layer {lid} is outside the target's layers 0..{self.n_layer - 1}"
                 )
+        if self.tap_route == GRAPH:
+            census = self._graph_census()
+            missing = [lid for lid in layers if input_node(lid, census) is None]
+            if missing or not any(n.startswith(b"l_out-") for n in census):
+                raise UnsupportedModelError(
+                    f"the llama.cpp graph of '{self.architecture}' names no output for the "
+                    f"layers before {missing or 'any tap'} (no l_out-<il> nodes), so the "
+                    "input of those layers cannot be tapped"
+                )
+
+    def _graph_census(self) -> set[bytes]:
+        """The names of the graph's nodes, from one probe decode (on a context re-created with
+        the eval callback, which only a context's creation can install)."""
+        if self._census is None:
+            if self.ctx.graph_taps is None:
+                graph = N.GraphTaps(self.n_batch, self.n_embd)
+                self.ctx.close()
+                self.ctx = N.NativeContext(self.model, graph_taps=graph, **self._ctx_args)
+            assert self.ctx.graph_taps is not None
+            census: set[bytes] = set()
+            self.ctx.graph_taps.census = census
+            try:
+                self.clear()
+                self.decode([max(self.model.bos, 0)], all_logits=False)
+            finally:
+                self.ctx.graph_taps.census = None
+                self.clear()
+            self._census = census
+        return self._census
+
+    def enable_taps(self, layer_ids: tuple[int, ...]) -> None:
+        """Keep the input of these layers for every decoded token (checked: no native abort)."""
+        self.check_tappable(layer_ids)
         self.taps = tuple(layer_ids)
+        if self.tap_route == STAGING:
+            self._tap_source = StagingTaps(self.ctx, self.taps)
+        else:
+            assert self.ctx.graph_taps is not None and self._census is not None
+            nodes = [input_node(lid, self._census) for lid in self.taps]
+            self._tap_source = CallbackTaps(self.ctx.graph_taps, [n for n in nodes if n])
         self.set_taps_active(True)
 
     def set_taps_active(self, active: bool) -> None:
         """Switch tap extraction on or off (off for plain decoding, so A/B runs are fair)."""
-        if not self.taps or active == self._taps_active:
-            return
-        for lid in self.taps:
-            self.ctx.keep_layer_input(lid, active)
-        self._taps_active = active
+        if self._tap_source is not None and active != self._tap_source.active:
+            self._tap_source.set_active(active)
 
     @property
     def taps_active(self) -> bool:
-        return self._taps_active
+        return self._tap_source is not None and self._tap_source.active
 
     def read_taps(self, n_rows: int) -> np.ndarray:
         """Concatenated taps [n_rows, len(taps) * n_embd] of the last decode (a copy)."""
+        assert self._tap_source is not None, "enable_taps first"
         out = np.empty((n_rows, len(self.taps) * self.n_embd), dtype=np.float32)
-        for j, lid in enumerate(self.taps):
-            out[:, j * self.n_embd : (j + 1) * self.n_embd] = self.ctx.layer_input(lid, n_rows)
+        self._tap_source.read(n_rows, out)
         return out
 
     # --- decoding the history ------------------------------------------------------------------
@@ -135,7 +179,7 @@ class Target:
         for a in range(0, len(tokens), self.n_batch):
             chunk = tokens[a : a + self.n_batch]
             logits = self.decode(chunk, all_logits=False)
-            if self._taps_active:
+            if self.taps_active:
                 taps.append(self.read_taps(len(chunk)))
         assert logits is not None, "prefill of no tokens"
         return logits[0], (np.concatenate(taps) if taps else None)

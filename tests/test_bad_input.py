@@ -55,17 +55,30 @@ def test_drafter_is_not_eagle3(models) -> None:
         localspec.load(models["target"], draft=models["target"])
 
 
-def test_untappable_target_refused_before_abort(tmp_path, models) -> None:
-    # a real qwen2 GGUF (same tensors as llama): llama.cpp would GGML_ASSERT on a tap
-    t = tm.write_target(
-        str(tmp_path / "q2.gguf"), tm.TargetShape(arch="qwen2"), weights=_qwen2_biases()
-    )
-    d = tm.write_drafter(str(tmp_path / "q2.eagle3.gguf"), t)
-    with pytest.raises(UnsupportedModelError, match="qwen2"):
+def test_recurrent_target_refused_before_anything_native(tmp_path) -> None:
+    # a mamba GGUF: its state cannot be rolled back after a rejected draft
+    t = tm.write_mamba_target(str(tmp_path / "m.gguf"))
+    d = tm.write_drafter(str(tmp_path / "m.eagle3.gguf"), t)
+    with pytest.raises(UnsupportedModelError, match="recurrent"):
         localspec.load(t, draft=d)
     # without a drafter the same file still runs as a plain target
     with localspec.load(t, draft=False, **EXACT) as eng:
-        assert eng.complete("hi", max_tokens=5).tokens
+        assert len(eng.complete("hi", max_tokens=5).tokens) == 5
+
+
+def test_a_tap_the_graph_does_not_name_is_refused(tmp_path) -> None:
+    # qwen2 (no staged layer inputs) is tapped through its graph, where the input of layer 0
+    # has no name: a drafter tapping layer 0 is refused, one tapping 1..3 runs
+    t = tm.write_target(
+        str(tmp_path / "q2.gguf"), tm.TargetShape(arch="qwen2"), weights=_qwen2_biases()
+    )
+    zero = tm.write_drafter(str(tmp_path / "zero.gguf"), t, tm.DrafterShape(taps=(0, 1, 2)))
+    with pytest.raises(UnsupportedModelError, match="qwen2"):
+        localspec.load(t, draft=zero, **EXACT)
+    fine = tm.write_drafter(str(tmp_path / "fine.gguf"), t)
+    with localspec.load(t, draft=fine, **EXACT) as eng:
+        assert eng.target.tap_route == "graph callback"
+        assert len(eng.complete("hi", max_tokens=5, n_draft=2).tokens) == 5
 
 
 def _qwen2_biases() -> dict:

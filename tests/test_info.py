@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from localspec.cli import main
-from localspec.fileinfo import describe
+from localspec.fileinfo import describe, format_info
 
 import tinymodels as tm
 
@@ -15,8 +15,17 @@ def test_describe_target(models) -> None:
     assert info["kind"] == "target" and info["architecture"] == "llama"
     assert info["block_count"] == 4 and info["embedding_length"] == 64
     assert info["vocab_size"] == tm.N_VOCAB and info["chat_template"]
-    assert info["tappable"] is True
+    assert info["taps_via"] == "staging API"
     assert info["tensor_types"] == {"F32": 4 * 9 + 3}
+
+
+def test_info_says_how_a_target_is_tapped(tmp_path) -> None:
+    q2 = tm.write_target(str(tmp_path / "q2.gguf"), tm.TargetShape(arch="qwen2"))
+    assert describe(q2)["taps_via"] == "graph callback"
+    mamba = tm.write_mamba_target(str(tmp_path / "m.gguf"))
+    assert describe(mamba)["taps_via"].startswith("none")
+    assert "not supported: recurrent" in format_info(describe(mamba))
+    assert "eval callback" in format_info(describe(q2))
 
 
 def test_describe_drafter(models, tmp_path) -> None:

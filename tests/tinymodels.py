@@ -357,3 +357,53 @@ def write_relay_target(
     head += rng.standard_normal(head.shape).astype(np.float32) * head_noise
     w["output.weight"] = head * 4.0
     return write_target(path, ts, weights=w)
+
+
+def write_mamba_target(path: str, *, n_embd: int = 64, n_layer: int = 4, seed: int = 0) -> str:
+    """A tiny `mamba` (recurrent, state-space) target: its state cannot be cut back after a
+    rejected draft, so it must be refused as a speculation target (it still runs plainly)."""
+    rng = np.random.default_rng(seed)
+    inner, state, conv, dt_rank = 2 * n_embd, 16, 4, max(1, n_embd // 16)
+
+    def rnd(*shape_: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape_) * scale / np.sqrt(shape_[-1])).astype(np.float32)
+
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": rnd(N_VOCAB, n_embd, scale=np.sqrt(n_embd)),
+        "output_norm.weight": np.ones(n_embd, dtype=np.float32),
+        "output.weight": rnd(N_VOCAB, n_embd, scale=4.0),
+    }
+    for i in range(n_layer):
+        t[f"blk.{i}.attn_norm.weight"] = np.ones(n_embd, dtype=np.float32)
+        t[f"blk.{i}.ssm_in.weight"] = rnd(2 * inner, n_embd)
+        t[f"blk.{i}.ssm_conv1d.weight"] = rnd(inner, conv)
+        t[f"blk.{i}.ssm_conv1d.bias"] = np.zeros(inner, dtype=np.float32)
+        t[f"blk.{i}.ssm_x.weight"] = rnd(dt_rank + 2 * state, inner)
+        t[f"blk.{i}.ssm_dt.weight"] = rnd(inner, dt_rank)
+        t[f"blk.{i}.ssm_dt.bias"] = np.zeros(inner, dtype=np.float32)
+        t[f"blk.{i}.ssm_a"] = -np.ones((inner, state), dtype=np.float32)
+        t[f"blk.{i}.ssm_d"] = np.ones(inner, dtype=np.float32)
+        t[f"blk.{i}.ssm_out.weight"] = rnd(n_embd, inner)
+    w = gguf.GGUFWriter(path, "mamba")
+    w.add_name("tiny recurrent test target")
+    w.add_context_length(2048)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_head_count_kv(0)
+    w.add_ssm_conv_kernel(conv)
+    w.add_ssm_inner_size(inner)
+    w.add_ssm_state_size(state)
+    w.add_ssm_time_step_rank(dt_rank)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(N_VOCAB)
+    w.add_file_type(0)
+    _add_tokenizer(w)
+    for name, arr in t.items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -1,0 +1,69 @@
+"""How the target's hidden states reach the drafter: llama.cpp's staging API where the graph
+records layer inputs (fast everywhere), else the graph's eval callback, which serves any
+architecture whose layers name their output ``l_out-<il>`` (the input of layer L is the output
+of layer L-1; on a GPU every node it copies splits the graph and synchronises).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _native as N
+from .gguf_keys import RECURRENT_ARCHS, STAGING_ARCHS
+
+STAGING = "staging API"
+GRAPH = "graph callback"
+NONE = "none (recurrent or hybrid layers)"
+
+
+def route_for(architecture: str) -> str:
+    """How a target of this architecture is tapped (NONE: it cannot be speculated on)."""
+    if architecture in RECURRENT_ARCHS:
+        return NONE
+    return STAGING if architecture in STAGING_ARCHS else GRAPH
+
+
+def input_node(layer: int, census: set[bytes]) -> bytes | None:
+    """The graph node that holds the input of a layer, if the graph names one."""
+    if layer > 0:
+        name = f"l_out-{layer - 1}".encode()
+        return name if name in census else None
+    # layer 0 reads the (possibly scaled) token embeddings: named only where scaled
+    return b"inp_scaled" if b"inp_scaled" in census else None
+
+
+class StagingTaps:
+    """Layer inputs kept by llama.cpp itself (llama_set_embeddings_layer_inp)."""
+
+    route = STAGING
+
+    def __init__(self, ctx: N.NativeContext, layers: tuple[int, ...]) -> None:
+        self.ctx, self.layers, self.active = ctx, layers, False
+
+    def set_active(self, active: bool) -> None:
+        for lid in self.layers:
+            self.ctx.keep_layer_input(lid, active)
+        self.active = active
+
+    def read(self, n_rows: int, out: np.ndarray) -> None:
+        w = self.ctx.n_embd
+        for j, lid in enumerate(self.layers):
+            out[:, j * w : (j + 1) * w] = self.ctx.layer_input(lid, n_rows)
+
+
+class CallbackTaps:
+    """Layer outputs copied out of the graph as it is computed (N.GraphTaps)."""
+
+    route = GRAPH
+
+    def __init__(self, graph: N.GraphTaps, nodes: list[bytes]) -> None:
+        self.graph, self.active = graph, False
+        graph.want(nodes)
+
+    def set_active(self, active: bool) -> None:
+        self.graph.active = self.active = active
+
+    def read(self, n_rows: int, out: np.ndarray) -> None:
+        w = self.graph.width
+        for j in range(out.shape[1] // w):
+            out[:, j * w : (j + 1) * w] = self.graph.rows(j, n_rows)

@@ -97,7 +97,8 @@ class Scheduler:
                 recalibrate=recalibrate,
             )
             self.cost = cal.cost_model(self.max_tree)
-            self.t_calibrate = perf_counter() - t0
+            if cal.measured:  # not when read from the disk cache
+                self.t_calibrate = perf_counter() - t0
         # where no drafting can pay, start plain with taps off
         self.dormant = mode.kind == "auto" and self.cost is not None and self.cost.hopeless
 

@@ -7,6 +7,7 @@ plus a few merges and ChatML specials) and a ChatML chat template.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import gguf
@@ -119,15 +120,20 @@ def write_target(
     w.add_rope_freq_base(s.rope_theta)
     w.add_rope_dimension_count(hd)
     w.add_vocab_size(N_VOCAB)
+    _finish(w, t, chat_template)
+    return path
+
+
+def _finish(w: gguf.GGUFWriter, tensors: dict[str, np.ndarray], chat_template: str) -> None:
+    """Tokenizer, chat template and f32 tensors, then write and close."""
     w.add_file_type(0)
     _add_tokenizer(w, chat_template)
-    for name, arr in t.items():
+    for name, arr in tensors.items():
         w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
 
 
 # small enough that the tiny head's frequencies fall in all three bands
@@ -357,6 +363,177 @@ def write_relay_target(
     head += rng.standard_normal(head.shape).astype(np.float32) * head_noise
     w["output.weight"] = head * 4.0
     return write_target(path, ts, weights=w)
+
+
+# --- targets of architectures llama.cpp's staging API cannot tap ---------------------------------
+# Random weights with every part of the architecture switched on and large enough to matter: a
+# reference that forgets a bias, a norm weight, the embedding scale, the sliding window or a
+# layer's RoPE base gets the logits visibly wrong. Same tokenizer and chat template as above.
+
+
+def _rng_tensors(
+    seed: int,
+) -> tuple[
+    Callable[..., np.ndarray], Callable[[int], np.ndarray], Callable[[int, float], np.ndarray]
+]:
+    """Random matrices (scaled by 1/sqrt(fan-in)), norm weights around 1, and biases."""
+    rng = np.random.default_rng(seed)
+
+    def rnd(*shape_: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape_) * scale / np.sqrt(shape_[-1])).astype(np.float32)
+
+    def around_one(n: int) -> np.ndarray:  # a norm weight that is not all ones
+        return (1.0 + 0.3 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n: int, scale: float) -> np.ndarray:
+        return (rng.standard_normal(n) * scale).astype(np.float32)
+
+    return rnd, around_one, bias
+
+
+@dataclass(frozen=True)
+class Qwen2Shape:
+    n_embd: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    n_ctx: int = 2048
+    rope_theta: float = 1_000_000.0
+    rms_eps: float = 1e-6
+    tied: bool = False  # no output.weight: the head is token_embd (Qwen2.5 up to 3B)
+
+
+def write_qwen2_target(
+    path: str,
+    shape: Qwen2Shape = Qwen2Shape(),
+    *,
+    seed: int = 0,
+    weights: dict[str, np.ndarray] | None = None,
+    chat_template: str = CHATML,
+) -> str:
+    """A random `qwen2` target: llama's block with q/k/v biases and NEOX RoPE."""
+    s = shape
+    hd = s.n_embd // s.n_head
+    rnd, around_one, bias = _rng_tensors(seed)
+    emb = rnd(N_VOCAB, s.n_embd, scale=4.0)
+    emb[-len(SPECIALS) :] = 0.0  # specials score 0 when tied, so long runs never end early
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": emb,
+        "output_norm.weight": around_one(s.n_embd),
+    }
+    if not s.tied:
+        head = rnd(N_VOCAB, s.n_embd, scale=4.0)
+        head[-len(SPECIALS) :] = 0.0
+        t["output.weight"] = head
+    for i in range(s.n_layer):
+        t[f"blk.{i}.attn_norm.weight"] = around_one(s.n_embd)
+        t[f"blk.{i}.attn_q.weight"] = rnd(s.n_head * hd, s.n_embd)
+        t[f"blk.{i}.attn_q.bias"] = bias(s.n_head * hd, 1.0)
+        t[f"blk.{i}.attn_k.weight"] = rnd(s.n_head_kv * hd, s.n_embd)
+        t[f"blk.{i}.attn_k.bias"] = bias(s.n_head_kv * hd, 1.0)
+        t[f"blk.{i}.attn_v.weight"] = rnd(s.n_head_kv * hd, s.n_embd)
+        t[f"blk.{i}.attn_v.bias"] = bias(s.n_head_kv * hd, 0.5)
+        t[f"blk.{i}.attn_output.weight"] = rnd(s.n_embd, s.n_head * hd)
+        t[f"blk.{i}.ffn_norm.weight"] = around_one(s.n_embd)
+        t[f"blk.{i}.ffn_gate.weight"] = rnd(s.n_ff, s.n_embd)
+        t[f"blk.{i}.ffn_up.weight"] = rnd(s.n_ff, s.n_embd)
+        t[f"blk.{i}.ffn_down.weight"] = rnd(s.n_embd, s.n_ff)
+    t.update(weights or {})
+
+    w = gguf.GGUFWriter(path, "qwen2")
+    w.add_name("tiny qwen2 test target")
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_layer_norm_rms_eps(s.rms_eps)
+    w.add_rope_freq_base(s.rope_theta)
+    w.add_vocab_size(N_VOCAB)
+    _finish(w, t, chat_template)
+    return path
+
+
+@dataclass(frozen=True)
+class Gemma3Shape:
+    n_embd: int = 64
+    n_layer: int = 6
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 32  # gemma3 heads are wider than n_embd / n_head (270M: 4 x 256 on 640)
+    n_ff: int = 128
+    n_ctx: int = 2048
+    rope_theta: float = 1_000_000.0  # global layers
+    # sliding-window layers; None writes no key and llama.cpp uses 10000 (what the 270M GGUF does)
+    rope_theta_swa: float | None = 100.0
+    sliding_window: int = 6  # a query sees itself and the 5 tokens before it
+    # every n-th layer is global (layers 2 and 5 here); None writes no key and llama.cpp uses 6
+    # (5 sliding layers, then 1 global: what the 270M GGUF does)
+    swa_pattern: int | None = 3
+    rms_eps: float = 1e-6
+    final_softcap: float | None = None  # gemma3.final_logit_softcapping (Gemma 3 ships none)
+
+
+def write_gemma3_target(
+    path: str,
+    shape: Gemma3Shape = Gemma3Shape(),
+    *,
+    seed: int = 0,
+    weights: dict[str, np.ndarray] | None = None,
+    chat_template: str = CHATML,
+) -> str:
+    """A random `gemma3` target: embeddings scaled by sqrt(n_embd), four norms per layer plus
+    q/k norms, GELU FFN, sliding-window layers between global ones with their own RoPE base, the
+    head tied to the embeddings. Norm weights are stored as llama.cpp multiplies them (the
+    converter has already added Gemma's +1)."""
+    s = shape
+    rnd, around_one, _ = _rng_tensors(seed)
+    emb = rnd(N_VOCAB, s.n_embd, scale=4.0)
+    emb[-len(SPECIALS) :] = 0.0  # the head is tied: specials score 0 and never win
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": emb,
+        "output_norm.weight": around_one(s.n_embd),
+    }
+    for i in range(s.n_layer):
+        t[f"blk.{i}.attn_norm.weight"] = around_one(s.n_embd)
+        t[f"blk.{i}.attn_q.weight"] = rnd(s.n_head * s.head_dim, s.n_embd)
+        t[f"blk.{i}.attn_k.weight"] = rnd(s.n_head_kv * s.head_dim, s.n_embd)
+        t[f"blk.{i}.attn_v.weight"] = rnd(s.n_head_kv * s.head_dim, s.n_embd)
+        t[f"blk.{i}.attn_q_norm.weight"] = around_one(s.head_dim)
+        t[f"blk.{i}.attn_k_norm.weight"] = around_one(s.head_dim)
+        t[f"blk.{i}.attn_output.weight"] = rnd(s.n_embd, s.n_head * s.head_dim)
+        t[f"blk.{i}.post_attention_norm.weight"] = around_one(s.n_embd)
+        t[f"blk.{i}.ffn_norm.weight"] = around_one(s.n_embd)
+        t[f"blk.{i}.ffn_gate.weight"] = rnd(s.n_ff, s.n_embd, scale=2.0)
+        t[f"blk.{i}.ffn_up.weight"] = rnd(s.n_ff, s.n_embd)
+        t[f"blk.{i}.ffn_down.weight"] = rnd(s.n_embd, s.n_ff)
+        t[f"blk.{i}.post_ffw_norm.weight"] = around_one(s.n_embd)
+    t.update(weights or {})
+
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_name("tiny gemma3 test target")
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_layer_norm_rms_eps(s.rms_eps)
+    w.add_rope_freq_base(s.rope_theta)
+    if s.rope_theta_swa is not None:
+        w.add_rope_freq_base_swa(s.rope_theta_swa)
+    w.add_sliding_window(s.sliding_window)
+    if s.swa_pattern is not None:
+        w.add_sliding_window_pattern(s.swa_pattern)
+    if s.final_softcap is not None:
+        w.add_final_logit_softcapping(s.final_softcap)
+    w.add_vocab_size(N_VOCAB)
+    _finish(w, t, chat_template)
+    return path
 
 
 def write_mamba_target(path: str, *, n_embd: int = 64, n_layer: int = 4, seed: int = 0) -> str:

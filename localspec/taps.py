@@ -28,8 +28,13 @@ def input_node(layer: int, census: set[bytes]) -> bytes | None:
     if layer > 0:
         name = f"l_out-{layer - 1}".encode()
         return name if name in census else None
-    # layer 0 reads the (possibly scaled) token embeddings: named only where scaled
-    return b"inp_scaled" if b"inp_scaled" in census else None
+    # layer 0 reads the token embeddings: "embd" (llama.cpp's generic input, with its generic
+    # scale), unless the model scales them again in its own graph, where it names the result
+    # (gemma's "inp_scaled", afmoe's "inp_embd_scaled": vendored src/models/*.cpp, 0.3.36)
+    for name in (b"inp_scaled", b"inp_embd_scaled", b"embd"):
+        if name in census:
+            return name
+    return None
 
 
 class StagingTaps:

@@ -12,9 +12,11 @@ from localspec.taps import GRAPH, STAGING
 from localspec.target import Target
 
 import tinymodels as tm
+from conftest import EXACT
+from greedy import assert_greedy_lossless
 
 RT = RuntimeOptions(n_ctx=1024, n_batch=64, n_threads=2, kv_type="f32", flash_attn=False)
-TAPS = (1, 2, 3)
+TAPS = (0, 2, 3)  # 0: the input embedding ("embd"), 2 and 3: outputs of layers 1 and 2
 
 
 def test_callback_taps_equal_staging_taps_exactly(models) -> None:
@@ -44,11 +46,74 @@ def test_callback_taps_equal_staging_taps_exactly(models) -> None:
         graph.close()
 
 
-def test_a_graph_without_a_named_input_refuses_tap_zero(models) -> None:
+def test_a_tap_the_graph_does_not_name_is_refused(models) -> None:
     t = Target(models["target"], RT, tap_route=GRAPH)
     try:
-        with pytest.raises(localspec.UnsupportedModelError, match=r"layers before \[0\]"):
-            t.enable_taps((0, 1, 2))
-        t.enable_taps(TAPS)  # the same graph serves taps 1..3
+        census = t._graph_census()
+        assert {b"embd", b"l_out-0", b"l_out-1", b"l_out-2", b"l_out-3"} <= census
+        t._census = census - {b"l_out-1"}  # a graph that would not name layer 1's output
+        with pytest.raises(localspec.UnsupportedModelError, match=r"layers before \[2\]"):
+            t.enable_taps((1, 2, 3))
+        t._census = {n for n in census if not n.startswith(b"l_out-")}
+        with pytest.raises(localspec.UnsupportedModelError, match="no l_out"):
+            t.enable_taps((0,))
+        t._census = census
+        t.enable_taps((1, 2, 3))
     finally:
         t.close()
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory) -> dict[str, tuple[str, str]]:
+    """Tiny qwen2 (q/k/v biases) and gemma3 (scaled embeddings, sliding-window layers) targets,
+    each with a random EAGLE-3.1 drafter tapping layers 0, 2 and 3."""
+    d = tmp_path_factory.mktemp("foreign")
+    out = {}
+    for arch, write in (("qwen2", tm.write_qwen2_target), ("gemma3", tm.write_gemma3_target)):
+        target = write(str(d / f"{arch}.gguf"))
+        ds = tm.DrafterShape(taps=(0, 2, 3), fc_norm=True, norm_output=True)
+        out[arch] = (target, tm.write_drafter(str(d / f"{arch}.eagle3.gguf"), target, ds))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+def test_callback_taps_equal_an_independent_reference(foreign, arch) -> None:
+    """Rows decoded in chunks at several positions, past gemma3's 6-token window, equal the
+    numpy reference's hidden states entering layers 0, 2 and 3."""
+    from reference_targets import RefTarget
+
+    target, _ = foreign[arch]
+    rng = np.random.default_rng(1)
+    tokens = [int(t) for t in rng.integers(0, tm.N_VOCAB - 3, 30)]
+    want = RefTarget(target).forward(tokens).inputs
+    t = Target(target, RT)
+    try:
+        assert t.tap_route == GRAPH
+        t.enable_taps(TAPS)
+        at = 0
+        for size in (1, 7, 2, 12, 8):
+            t.decode(tokens[at : at + size], all_logits=False)
+            got = t.read_taps(size).reshape(size, len(TAPS), t.n_embd)
+            for j, layer in enumerate(TAPS):
+                ref = want[layer, at : at + size]
+                err = np.abs(got[:, j] - ref).max() / np.abs(ref).max()
+                assert err < 1e-4, (arch, layer, at, err)
+            at += size
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+@pytest.mark.parametrize(
+    "mode", [{"n_draft": 3}, {"tree": (3, 2, 6)}, {}], ids=["chain", "tree", "auto"]
+)
+def test_speculation_on_untappable_architectures_is_plain_greedy(foreign, arch, mode) -> None:
+    target, draft = foreign[arch]
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        assert eng.target.tap_route == GRAPH and eng.draft_variant == "EAGLE-3.1"
+        for prompt in ("the quick brown fox jumps", "Once upon a time, there was"):
+            c = eng.complete(prompt, max_tokens=50, **mode)
+            assert len(c.tokens) == 50
+            if mode:
+                assert c.stats.drafted > 0
+            assert_greedy_lossless(eng, prompt, c)

@@ -20,8 +20,6 @@ import statistics
 import sys
 import tempfile
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
@@ -37,38 +35,9 @@ PROMPTS = [
 
 
 def random_drafter(target: str, folder: str) -> str:
-    from localspec.converters.eagle3_gguf import Eagle3Config, write_eagle3_gguf
-
     import tinymodels as tm
 
-    h = N.GGUFHeader(target)
-    n_embd = int(h.arch_key("embedding_length"))
-    n_layer = int(h.arch_key("block_count"))
-    n_head = int(h.arch_key("attention.head_count"))
-    n_kv = int(h.arch_key("attention.head_count_kv"))
-    n_ff = int(h.arch_key("feed_forward_length"))
-    taps = (2, n_layer // 2, n_layer - 3)
-    ds = tm.DrafterShape(n_embd=n_embd, n_head=n_head, n_head_kv=n_kv, n_ff=n_ff, taps=taps)
-    cfg = Eagle3Config(
-        n_embd=n_embd,
-        n_ff=n_ff,
-        n_head=n_head,
-        n_head_kv=n_kv,
-        rms_eps=1e-5,
-        rope_theta=float(h.arch_key("rope.freq_base") or 10000.0),
-        context_length=4096,
-        target_layers=taps,
-        target_hidden=n_embd,
-        fc_norm=True,
-        norm_output=True,
-    )
-    tensors = {
-        k: v.astype(np.float16) if v.ndim == 2 else v
-        for k, v in tm.drafter_tensors(ds, n_embd, seed=11).items()
-    }
-    path = os.path.join(folder, "random.eagle3.gguf")
-    write_eagle3_gguf(path, cfg, tensors, target, name="random drafter (benchmark)")
-    return path
+    return tm.random_drafter_for(target, os.path.join(folder, "random.eagle3.gguf"))
 
 
 def kv_bytes(h: N.GGUFHeader, n_ctx: int, n_layer: int) -> int:

@@ -56,3 +56,31 @@ def test_real_target_runs_and_names_every_layer_output(find, toks, n_layer, n_em
     for name in names[:-1]:
         assert states[name].shape == (len(toks) * n_embd,), name
         assert np.isfinite(states[name]).all()
+
+
+@pytest.mark.real_targets
+@pytest.mark.parametrize(
+    ("find", "prompt"),
+    [
+        (realmodels.qwen25_coder_path, 'def quicksort(items):\n    """Sort a list."""\n'),
+        (realmodels.gemma3_270m_path, "The history of the printing press begins in"),
+    ],
+    ids=["qwen25-coder-1.5b", "gemma3-270m"],
+)
+def test_speculation_on_a_real_untappable_target_is_plain_greedy(find, prompt, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """128 tokens through the graph callback's taps, chains and trees: every token is plain
+    greedy's up to near-ties of the quantized target (greedy.py)."""
+    import localspec
+
+    import tinymodels as tm
+    from greedy import QUANT_MARGIN, assert_greedy_lossless
+
+    target = find()
+    draft = tm.random_drafter_for(target, str(tmp_path / "random.eagle3.gguf"))
+    with localspec.load(target, draft=draft, n_threads=2, n_ctx=1024) as eng:
+        assert eng.target.tap_route == "graph callback"
+        for mode in ({"n_draft": 3}, {"tree": (3, 2, 6)}):
+            c = eng.complete(prompt, max_tokens=128, **mode)
+            assert len(c.tokens) == 128 or c.finish_reason == "eos"
+            assert c.stats.drafted > 0
+            assert_greedy_lossless(eng, prompt, c, margin=QUANT_MARGIN)

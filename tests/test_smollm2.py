@@ -8,7 +8,6 @@ import pytest
 
 import localspec
 from localspec import discovery
-from localspec.converters.eagle3_gguf import Eagle3Config, write_eagle3_gguf
 
 import tinymodels as tm
 from greedy import QUANT_MARGIN, assert_greedy_lossless, replay_plain_greedy
@@ -25,32 +24,11 @@ def smollm2_path() -> str:
         pytest.skip(str(exc))
 
 
-def random_drafter(target: str, path: str, *, fc_norm: bool, norm_output: bool) -> str:
-    ds = tm.DrafterShape(n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, taps=(2, 15, 27))
-    cfg = Eagle3Config(
-        n_embd=576,
-        n_ff=1536,
-        n_head=9,
-        n_head_kv=3,
-        rms_eps=1e-5,
-        rope_theta=100000.0,
-        context_length=8192,
-        target_layers=ds.taps,
-        target_hidden=576,
-        fc_norm=fc_norm,
-        norm_output=norm_output,
-    )
-    write_eagle3_gguf(path, cfg, tm.drafter_tensors(ds, 576, seed=11), target)
-    return path
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     target = smollm2_path()
     d = tmp_path_factory.mktemp("smol")
-    return target, random_drafter(
-        target, str(d / "smol.eagle3.gguf"), fc_norm=True, norm_output=True
-    )
+    return target, tm.random_drafter_for(target, str(d / "smol.eagle3.gguf"))
 
 
 @pytest.mark.parametrize("k", [2, 5])

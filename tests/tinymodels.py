@@ -584,3 +584,39 @@ def write_mamba_target(path: str, *, n_embd: int = 64, n_layer: int = 4, seed: i
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def random_drafter_for(
+    target_path: str, path: str, *, taps: tuple[int, int, int] | None = None, seed: int = 11
+) -> str:
+    """A random EAGLE-3.1 drafter (f16 matrices) shaped for any GGUF target: its hidden size,
+    a head per 64 columns (the eagle3 graph needs hidden = heads x head size), default taps
+    (2, L/2, L-3). It borrows the target's embeddings and head. Never accepted, so it serves
+    losslessness checks and cost measurements, not speed."""
+    from localspec._native import GGUFHeader
+
+    h = GGUFHeader(target_path)
+    n_embd, n_layer = int(h.arch_key("embedding_length")), int(h.arch_key("block_count"))
+    n_head = n_embd // 64 if n_embd % 64 == 0 else int(h.arch_key("attention.head_count"))
+    n_kv = n_head // 3 if n_head % 3 == 0 else n_head // 2 if n_head % 2 == 0 else n_head
+    taps = taps or (2, n_layer // 2, n_layer - 3)
+    ds = DrafterShape(n_embd=n_embd, n_head=n_head, n_head_kv=n_kv, n_ff=2 * n_embd, taps=taps)
+    cfg = Eagle3Config(
+        n_embd=n_embd,
+        n_ff=ds.n_ff,
+        n_head=n_head,
+        n_head_kv=n_kv,
+        rms_eps=1e-5,
+        rope_theta=float(h.arch_key("rope.freq_base") or 10000.0),
+        context_length=8192,
+        target_layers=taps,
+        target_hidden=n_embd,
+        fc_norm=True,
+        norm_output=True,
+    )
+    tensors = {
+        k: v.astype(np.float16) if v.ndim == 2 else v
+        for k, v in drafter_tensors(ds, n_embd, seed=seed).items()
+    }
+    write_eagle3_gguf(path, cfg, tensors, target_path, name="random drafter (tests)")
+    return path

@@ -8,13 +8,15 @@ check that every setting produced exactly the plain tokens.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import multiprocessing
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,6 +291,28 @@ def format_curve(curve: dict[int, float]) -> str:
     one = curve.get(1) or next(iter(curve.values()))
     parts = [f"{n}:{t / one:.2f}" for n, t in curve.items()]
     return f"verify cost t(n)/t(1) for n tokens (t(1) = {1e3 * one:.2f} ms): " + " ".join(parts)
+
+
+def _spin() -> None:  # pragma: no cover - runs in a child process
+    x = 0
+    while True:
+        x += 1
+
+
+@contextlib.contextmanager
+def busy_load(n: int) -> Iterator[None]:
+    """n other processes spinning on the CPU while the block runs (another program competing
+    for the cores, as a training run beside the chat would)."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_spin, daemon=True) for _ in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join(timeout=5)
 
 
 def machine() -> dict[str, Any]:

@@ -268,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--temperature", "--temp", type=float, default=0.0)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--out", default="localspec-bench", help="write OUT.json and OUT.png")
+    b.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N other processes spinning on the CPU while measuring (speculation and auto "
+        "on a machine that is busy with something else)",
+    )
     _add_runtime_args(b)
     b.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
     _add_cache_args(b)
@@ -434,13 +442,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sets = {
         os.path.basename(name): bench.load_prompt_set(name, args.limit) for name in args.prompts
     }
+    if args.busy < 0:
+        raise LocalspecError("--busy must be >= 0")
     eng = load(args.target, draft=args.draft, **_engine_options(args))
-    with eng:
+    with eng, bench.busy_load(args.busy):
         if eng.drafter is None:
             raise LocalspecError(
                 f"bench compares speculation with plain decoding: {eng.drafter_note}"
             )
         print(f"target:  {eng.target_path}\ndrafter: {eng.draft_path}", file=sys.stderr)
+        if args.busy:
+            print(f"with {args.busy} other processes busy on the CPU", file=sys.stderr)
         eng.complete("Hello", max_tokens=8)  # warm-up: first-call costs stay out of the numbers
         results = []
         for name, prompts in sets.items():
@@ -478,9 +490,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "max_tokens": args.max_tokens,
                 "temperature": args.temperature,
                 "limit": args.limit,
-                "threads": args.threads or os.cpu_count(),
+                "threads": eng.rt.threads,
                 "n_gpu_layers": args.gpu_layers,
                 "ctx": args.ctx,
+                "busy_processes": args.busy,
             },
         )
     folder = os.path.dirname(os.path.abspath(args.out))

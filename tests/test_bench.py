@@ -4,6 +4,7 @@ prompt sets it reads."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,8 @@ def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
             out,
             "--threads",
             "2",
+            "--busy",
+            "1",
             "--ctx",
             "1024",
         ]
@@ -75,6 +78,8 @@ def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
     assert rc == 0, io.err
     assert "verify cost t(n)/t(1)" in io.out and "tau" in io.out
     data = json.loads(Path(out + ".json").read_text())
+    assert data["options"]["busy_processes"] == 1
+    assert not multiprocessing.active_children()  # the busy process was stopped
     s = data["sets"]["prompts.jsonl"]
     assert [x["setting"] for x in s["settings"]] == ["plain", "auto", "k=1", "k=2", "tree 2x2/4"]
     assert s["settings"][3]["tau"] > 1.5 and s["prompts"] == 3

@@ -1,0 +1,137 @@
+"""Graph-callback taps benchmark, in one run:
+
+1. What tapping costs per one-token decode on SmolLM2 (llama: both routes exist): no taps, the
+   staging API, and the graph's eval callback, interleaved rounds, medians and ratios.
+2. Qwen2.5-Coder-1.5B Q4_K_M (qwen2: only the callback exists): the same costs, its verify-cost
+   curve t(k)/t(1) with the callback's taps on (as speculation runs it), and what auto decides
+   there: the acceptance a chain of k would need to break even, and the shapes auto runs with
+   a random drafter (never accepted: auto should settle on plain decoding).
+
+    python benchmarks/bench_graph_taps.py [-t 2] [--rounds 5]
+(Qwen2.5-Coder comes from scripts/get-real-targets.py; its part is skipped when absent.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+import localspec  # noqa: E402
+from localspec.bench import verify_curve  # noqa: E402
+from localspec.discovery import default_target  # noqa: E402
+from localspec.options import RuntimeOptions  # noqa: E402
+from localspec.taps import GRAPH, STAGING  # noqa: E402
+from localspec.target import Target  # noqa: E402
+
+import realmodels  # noqa: E402
+import tinymodels as tm  # noqa: E402
+
+TAPS_OF = {"smollm2": (2, 15, 27), "qwen2.5-coder-1.5b": (2, 14, 25)}
+
+
+def decode_costs(path: str, routes: list[str | None], taps: tuple, threads: int, rounds: int):
+    """Median seconds of a one-token decode after a 128-token context, per route (None: no
+    taps), in interleaved rounds of 32 decodes each."""
+    rt = RuntimeOptions(n_ctx=1024, n_batch=256, n_threads=threads)
+    targets = {}
+    for route in routes:
+        t = Target(path, rt, tap_route=route if route is not None else None)
+        if route is not None:
+            t.enable_taps(taps)
+        targets[route] = t
+    times: dict[str | None, list[float]] = {r: [] for r in routes}
+    try:
+        for _ in range(rounds):
+            for route, t in targets.items():
+                t.clear()
+                t.decode(list(range(100, 228)), all_logits=False)
+                for i in range(32):
+                    t0 = time.perf_counter()
+                    t.decode([300 + i], all_logits=False)
+                    times[route].append(time.perf_counter() - t0)
+    finally:
+        for t in targets.values():
+            t.close()
+    return {r: statistics.median(v) for r, v in times.items()}
+
+
+def show_costs(name: str, costs: dict) -> None:
+    base = costs[None]
+    print(f"\n{name}: one-token decode after 128 tokens (median)")
+    print(f"  no taps          {1e3 * base:7.2f} ms")
+    for route in (STAGING, GRAPH):
+        if route in costs:
+            c = costs[route]
+            print(
+                f"  {route:<16} {1e3 * c:7.2f} ms  (+{1e3 * (c - base):.2f} ms, "
+                f"x{c / base:.3f} of no taps)"
+            )
+    if STAGING in costs and GRAPH in costs:
+        print(f"  callback / staging: x{costs[GRAPH] / costs[STAGING]:.3f}")
+
+
+def qwen_auto(path: str, threads: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        draft = tm.random_drafter_for(path, os.path.join(d, "random.eagle3.gguf"))
+        with localspec.load(path, draft=draft, n_threads=threads, n_ctx=2048) as eng:
+            tgt = eng.target
+            curve = verify_curve(tgt, [1, 2, 3, 4, 5, 6, 8, 12, 16], reps=5, taps=True)
+            t1 = curve[1]
+            print("\nqwen2.5-coder-1.5b verify cost t(k)/t(1), graph-callback taps on:")
+            print("  " + "  ".join(f"k={k}: {t / t1:.2f}" for k, t in curve.items()))
+            # a chain of k pays when (1 + expected accepted) / t(k+1) > 1 / t(1); with the same
+            # acceptance a at every position, expected accepted = a + a^2 + ... + a^k
+            print("  acceptance per position a chain of k needs to break even:")
+            needs = []
+            for k in (1, 2, 3, 4, 7):
+                goal = curve.get(k + 1, curve[max(curve)]) / t1 - 1
+                a = next(
+                    (
+                        x / 100
+                        for x in range(1, 101)
+                        if sum((x / 100) ** j for j in range(1, k + 1)) >= goal
+                    ),
+                    None,
+                )
+                needs.append(f"k={k}: {'never' if a is None else f'{a:.2f}'}")
+            print("  " + ", ".join(needs))
+            prompt, _ = eng.format_chat([{"role": "user", "content": "Write quicksort in Python."}])
+            c = eng.complete(prompt, max_tokens=128, parse_special=True, add_special=False)
+            st = c.stats
+            print(
+                f"  auto with a random drafter: {st.shape_summary()}; {st.tokens_per_s:.1f} tok/s "
+                f"(cost model predicted {st.predicted_tokens_per_s:.1f}); calibration "
+                f"{st.t_calibrate:.2f} s"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", "-t", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    smol = default_target()
+    show_costs(
+        "smollm2 (llama)",
+        decode_costs(smol, [None, STAGING, GRAPH], TAPS_OF["smollm2"], args.threads, args.rounds),
+    )
+    qwen = realmodels.real_target_path(realmodels.QWEN25_CODER)
+    if qwen is None:
+        print("\nqwen2.5-coder-1.5b: absent (python scripts/get-real-targets.py)")
+        return
+    taps = TAPS_OF["qwen2.5-coder-1.5b"]
+    show_costs(
+        "qwen2.5-coder-1.5b (qwen2)",
+        decode_costs(qwen, [None, GRAPH], taps, args.threads, args.rounds),
+    )
+    qwen_auto(qwen, args.threads)
+
+
+if __name__ == "__main__":
+    main()

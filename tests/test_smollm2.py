@@ -105,3 +105,34 @@ def test_default_pair_trees_and_auto_are_plain_greedy() -> None:
                 if mode:
                     taus.append(c.stats.tau)
         assert max(taus) > 1.5  # the shipped drafter's trees are accepted
+
+
+def test_a_multi_turn_chat_reuses_the_cache_and_stays_plain_greedy() -> None:
+    """Four turns on the default pair (auto), each reusing the previous turn's cache: every
+    reply is plain greedy for its own prompt (up to near-ties: reused rows were computed by
+    one-token decodes, a fresh prefill computes them in a batch), and equals a fresh engine's
+    reply unless such a tie was met."""
+    smollm2_path()
+    msgs: list[dict[str, str]] = []
+    kw = {"parse_special": True, "add_special": False}
+    turns = ["Name three rivers.", "Which is the longest?", "Where does it start?", "Thanks!"]
+    with (
+        localspec.load(n_threads=2, n_ctx=2048) as warm,
+        localspec.load(n_threads=2, n_ctx=2048) as cold,
+    ):
+        for i, turn in enumerate(turns):
+            msgs.append({"role": "user", "content": turn})
+            prompt, _ = warm.format_chat(msgs)
+            got = warm.complete(prompt, max_tokens=60, **kw)
+            if i:
+                assert got.stats.cached_tokens > 0.8 * got.stats.prompt_tokens
+            cold.reset()
+            want = cold.complete(prompt, max_tokens=60, **kw)
+            # the replay runs on the other engine: replaying empties an engine's cache
+            ties = assert_greedy_lossless(cold, prompt, got, margin=QUANT_MARGIN, **kw).ties
+            if got.tokens != want.tokens:
+                assert (
+                    ties
+                    or assert_greedy_lossless(cold, prompt, want, margin=QUANT_MARGIN, **kw).ties
+                )
+            msgs.append({"role": "assistant", "content": got.text})

@@ -256,8 +256,7 @@ def convert(
     if os.path.exists(out) and not force:
         raise InvalidParameterError(f"{out} exists; pass --force to overwrite it")
     folder = os.path.dirname(os.path.abspath(out))
-    if not os.access(folder, os.W_OK):
-        raise InvalidParameterError(f"cannot write to {folder}")
+    _check_writable(folder, out)
     if taps is not None and (len(taps) != 3 or any(not 0 <= x < n_layer for x in taps)):
         raise InvalidParameterError(
             f"taps {list(taps)} must be 3 layer ids in 0..{n_layer - 1} for this target"
@@ -371,6 +370,17 @@ def _settle(
     log(why)
     set_reading(path, best.reading.taps, best.reading.flag_dict)
     return best.reading, measured, why
+
+
+def _check_writable(folder: str, out: str) -> None:
+    """Create and remove a file where the output goes, before any work: permission bits do
+    not tell root the truth (a read-only or pseudo file system), a real file does."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".localspec-", suffix=".probe", dir=folder)
+    except OSError as exc:
+        raise InvalidParameterError(f"cannot write {out}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _quantize(tensors: dict[str, np.ndarray], outtype: str) -> dict[str, Any]:

@@ -197,6 +197,38 @@ def test_close_is_idempotent(models) -> None:
     e = localspec.load(models["target"], draft=models["draft"], **EXACT)
     e.close()
     e.close()
-    for call in (lambda: e.complete("hi"), lambda: e.chat([{"role": "user", "content": "x"}])):
+    for call in (
+        lambda: e.complete("hi"),
+        lambda: e.chat([{"role": "user", "content": "x"}]),
+        lambda: e.detokenize([104, 105]),
+        lambda: e.tokenize("hi"),
+        e.reset,
+    ):
         with pytest.raises(localspec.LocalspecError, match="closed"):
             call()
+
+
+def test_a_10_kb_chat_template_is_read_whole(tmp_path) -> None:
+    """Chat templates were cut at 4095 bytes (a fixed metadata buffer): Qwen3's, gpt-oss's and
+    Llama 3.1's with tools are longer."""
+    padding = "{# " + "x" * 10_000 + " #}"
+    template = padding + tm.CHATML + "{# the end #}"
+    t = tm.write_target(str(tmp_path / "long.gguf"), chat_template=template)
+    with localspec.load(t, draft=False, **EXACT) as e:
+        assert len(e.target.model.meta("tokenizer.chat_template")) == len(template.encode())
+        assert e.target.model.chat_template() == template
+        prompt, _ = e.format_chat([{"role": "user", "content": "Hi"}])
+        assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        assert e.chat_template_note == ""
+
+
+def test_a_model_without_a_chat_template_chats_in_chatml(tmp_path) -> None:
+    t = tm.write_target(str(tmp_path / "bare.gguf"), chat_template="")
+    with localspec.load(t, draft=False, **EXACT) as e:
+        assert "no chat template" in e.chat_template_note and "ChatML" in e.chat_template_note
+        prompt, stops = e.format_chat([{"role": "user", "content": "Hi"}])
+        assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        assert "<|im_end|>" in stops
+        assert e.complete(prompt, max_tokens=3, parse_special=True).finish_reason == "length"
+        with pytest.raises(localspec.InvalidParameterError, match="role"):
+            e.format_chat([{"role": "wizard", "content": "Hi"}])

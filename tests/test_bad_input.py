@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import localspec
@@ -174,3 +175,25 @@ def test_prompt_longer_than_context(models) -> None:
         pytest.raises(localspec.ContextFullError),
     ):
         eng.complete("word " * 200)
+
+
+def test_a_bad_drafter_norm_fails_before_any_model_is_loaded(models, tmp_path, monkeypatch) -> None:
+    """norm_output needs output_norm.weight in F32/F16: checked before llama.cpp loads the
+    drafter, so nothing is left loaded (it leaked a model and context when checked after)."""
+    from localspec import drafter as drafter_mod
+
+    ds = tm.DrafterShape(norm_output=True)
+    t = tm.drafter_tensors(ds, 64)
+    t["output_norm.weight"] = t["output_norm.weight"].astype(np.float64)  # an F64 norm
+    path = tm.write_drafter(str(tmp_path / "d.gguf"), models["target"], ds, tensors=t)
+    loaded = []
+    real = drafter_mod.N.NativeModel
+
+    def counting(path_, **kw):
+        loaded.append(path_)
+        return real(path_, **kw)
+
+    monkeypatch.setattr(drafter_mod.N, "NativeModel", counting)
+    with pytest.raises(ModelFileError, match="output_norm"):
+        localspec.load(models["target"], draft=path, **EXACT)
+    assert path not in loaded

@@ -92,3 +92,44 @@ def test_chat_bad_arguments_fail_before_the_app(tmp_path, models, capsys) -> Non
     assert "--n-draft" in capsys.readouterr().err
     assert main(["chat", models["target"], "--draft", str(tmp_path / "nope.gguf")]) == 1
     assert "nope.gguf" in capsys.readouterr().err
+
+
+def test_os_errors_are_one_line_and_leave_no_file(models, tmp_path, capsys) -> None:
+    """A folder that cannot hold the output (here /proc, where nothing can be created even by
+    root, and a path under a regular file) gives one error line, no traceback, no file."""
+    from hfcheckpoints import write_checkpoint
+
+    import tinymodels as tm
+
+    ds = tm.DrafterShape()
+    ck = write_checkpoint(str(tmp_path / "ck"), "eagle", ds, tm.drafter_tensors(ds, 64))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out in ("/proc/x.gguf", str(blocker / "x.gguf")):
+        rc = main(["convert", ck, "--target", models["target"], "-o", out, "--no-verify"])
+        err = capsys.readouterr().err
+        assert rc == 1 and err == f"localspec: error: cannot write {out}: {err.split(': ')[-1]}"
+        assert "Traceback" not in err
+    assert not any(p.name.startswith(".localspec-") for p in tmp_path.iterdir())
+    rc = main(["train", models["target"], "--data", "mtbench", "-o", str(blocker / "run")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("localspec: error:") and err.count("\n") == 1, err
+
+
+def test_convert_and_train_without_torch_say_how_to_get_it(models, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # as if PyTorch were not installed
+        "from localspec.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    for args in (
+        ["convert", str(tmp_path), "--target", models["target"]],
+        ["train", models["target"], "--data", "mtbench", "-o", str(tmp_path / "run")],
+    ):
+        run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        assert run.returncode == 1, run.stderr
+        assert run.stderr.startswith("localspec: error:") and "needs PyTorch" in run.stderr
+        assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr

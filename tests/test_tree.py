@@ -172,3 +172,17 @@ def test_a_tree_near_the_end_of_the_context(models) -> None:
         shapes = eng.last_stats.shapes
         assert "tree 4x3/12" in shapes and any(s.startswith("chain") for s in shapes), shapes
         replay_plain_greedy(eng, eng.tokenize("abc"), tokens, margin=F32_MARGIN)
+
+
+def test_trees_in_a_small_batch_park_gap_cells_in_a_sequence_that_exists(models) -> None:
+    """With n_batch 16 a tree has at most 14 nodes, and the target's sequences end at 16: the
+    gap sequence is the last one (it was a fixed 63, past n_seq_max, whenever n_batch < 64)."""
+    opts = {**EXACT, "n_batch": 16, "draft_batch": 8}
+    with localspec.load(models["target"], draft=models["draft31"], **opts) as eng:
+        assert eng.target.gap_seq == eng.max_tree + 1 == 15
+        gaps, tokens = [], []
+        for ev in eng.generate("the quick brown fox", max_tokens=150, tree=(4, 3, 12)):
+            gaps.append(eng.target.gap_cells)
+            tokens += ev.tokens
+        assert max(gaps) > 0  # rejected nodes between accepted ones were parked
+        replay_plain_greedy(eng, eng.tokenize("the quick brown fox"), tokens, margin=F32_MARGIN)

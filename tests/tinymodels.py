@@ -70,7 +70,8 @@ def _add_tokenizer(w: gguf.GGUFWriter, chat_template: str = CHATML) -> None:
     w.add_bos_token_id(EOS)
     w.add_eos_token_id(EOS)
     w.add_add_bos_token(False)
-    w.add_chat_template(chat_template)
+    if chat_template:  # "" writes a model without one
+        w.add_chat_template(chat_template)
 
 
 def write_target(

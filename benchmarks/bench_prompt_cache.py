@@ -23,7 +23,11 @@ import sys
 import tempfile
 import time
 
-import localspec
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+import localspec  # noqa: E402
+
+from greedy import QUANT_MARGIN, replay_plain_greedy  # noqa: E402
 
 # a conversation whose history passes 1k tokens by the last turn (with ~200-token replies)
 TURNS = [
@@ -39,13 +43,25 @@ TURNS = [
 
 
 def first_token_time(eng: localspec.Engine, msgs: list[dict[str, str]], n: int) -> tuple:
-    """Seconds from the call to the first event, the reply, and the call's statistics."""
+    """Seconds from the call to the first event, the reply (text, tokens), and the stats."""
     t0 = time.perf_counter()
     events = eng.chat(msgs, max_tokens=n)
     first = next(events)
     ttft = time.perf_counter() - t0
-    text = first.text + "".join(ev.text for ev in events)
-    return ttft, text, eng.last_stats
+    rest = list(events)
+    text = first.text + "".join(ev.text for ev in rest)
+    tokens = first.tokens + [t for ev in rest for t in ev.tokens]
+    return ttft, (text, tokens), eng.last_stats
+
+
+def why_different(eng: localspec.Engine, msgs: list[dict[str, str]], a: list, b: list) -> str:
+    """Replay plain greedy decoding over both replies: where they part, a near-tie of the
+    target's own logits, or not (then the cache is wrong)."""
+    prompt, _ = eng.format_chat(msgs)
+    ids = eng.tokenize(prompt, add_special=False, parse_special=True)
+    ties = [replay_plain_greedy(eng, ids, r, margin=QUANT_MARGIN).ties for r in (a, b)]
+    first = min((t for tt in ties for t in tt), default=None)
+    return "near-tie" if first is None else f"near-tie at token {first[0]} ({first[1]:.3f})"
 
 
 def conversation(args: argparse.Namespace) -> None:
@@ -67,14 +83,17 @@ def conversation(args: argparse.Namespace) -> None:
         for i, turn in enumerate(TURNS[: args.turns], 1):
             msgs_r.append({"role": "user", "content": turn})
             msgs_c.append({"role": "user", "content": turn})
-            t_r, text_r, st_r = first_token_time(reuse, msgs_r, args.max_tokens)
+            t_r, (text_r, toks_r), st_r = first_token_time(reuse, msgs_r, args.max_tokens)
             cold.reset()
-            t_c, text_c, st_c = first_token_time(cold, msgs_c, args.max_tokens)
+            t_c, (text_c, toks_c), st_c = first_token_time(cold, msgs_c, args.max_tokens)
+            same = "yes" if toks_r == toks_c else "-" if msgs_r != msgs_c else ""
+            if not same:  # same prompt, different reply: where, and why
+                same = "no: " + why_different(cold, msgs_c, toks_r, toks_c)
             msgs_r.append({"role": "assistant", "content": text_r})
             msgs_c.append({"role": "assistant", "content": text_c})
             print(
                 f"{i:>4} {st_r.prompt_tokens:>7} {st_r.cached_tokens:>7} "
-                f"{t_r:>10.3f}s {t_c:>10.3f}s {t_r / t_c:>6.2f}  {text_r == text_c}"
+                f"{t_r:>10.3f}s {t_c:>10.3f}s {t_r / t_c:>6.2f}  {same}"
             )
 
 

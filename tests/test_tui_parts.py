@@ -24,7 +24,7 @@ class Clock:
 
 def test_frame_budget_spreads_redraws_by_their_cost() -> None:
     wall, cpu = Clock(), Clock()
-    budget = FrameBudget(share=0.1, min_interval=0.05, clock=wall, cpu=cpu)
+    budget = FrameBudget(share=0.1, min_interval=0.05, max_interval=0.5, clock=wall, cpu=cpu)
     assert budget.ready()
     budget.start()
     wall.t += 0.01
@@ -35,6 +35,12 @@ def test_frame_budget_spreads_redraws_by_their_cost() -> None:
     cpu.t += 0.03  # this redraw cost 30 ms of the UI thread
     wall.t += 0.29
     assert not budget.ready()  # 30 ms at 10% of a core is paid after 0.3 s
+    wall.t += 0.01
+    assert budget.ready()
+    budget.start()
+    cpu.t += 0.2  # a very costly redraw: the stream still moves every max_interval
+    wall.t += 0.49
+    assert not budget.ready()
     wall.t += 0.01
     assert budget.ready()
 

@@ -38,8 +38,9 @@ from .widgets.history_chart import HistoryChart
 from .widgets.message import MessageView
 from .widgets.stats_panel import StatsPanel
 
-FRAME_S = 1 / 20  # the streaming reply is redrawn at most this often
-UI_SHARE = 0.08  # ...and with at most this share of a core for the UI thread
+FRAME_S = 1 / 20  # the streaming reply is redrawn at most this often,
+UI_SHARE = 0.08  # ...with at most this share of a core for the UI thread,
+MAX_GAP_S = 1.0  # ...but at least this often, however costly a redraw
 PANEL_S = 0.25  # the side panel is refreshed at most this often while streaming
 
 
@@ -143,7 +144,7 @@ class LocalspecApp(App[None]):
         self._buffer: ReplyBuffer | None = None
         self._outcome: ReplyOutcome | None = None  # set by the worker as it ends
         self._frame_timer: Timer | None = None
-        self._budget = FrameBudget(UI_SHARE, FRAME_S)
+        self._budget = FrameBudget(UI_SHARE, FRAME_S, MAX_GAP_S)
         self._panel_shown = 0.0  # monotonic time of the last panel refresh
         self._snapshot_due: dict[str, Any] | None = None  # drained, not yet shown
 
@@ -240,9 +241,15 @@ class LocalspecApp(App[None]):
             top_p=self.options.top_p,
             seed=self.options.seed,
         )
+        # the engine starts once the new messages are on screen: laying them out costs the UI
+        # thread tens of milliseconds, which would otherwise compete with the first decodes
+        self.call_after_refresh(self._start_reply, request, self._buffer)
+
+    def _start_reply(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
         assert self._frame_timer is not None
+        self._budget.start()
         self._frame_timer.resume()
-        self.generate(request, self._buffer)
+        self.generate(request, buffer)
 
     def run_command(self, line: str) -> None:
         run_command(self, line)

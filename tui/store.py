@@ -113,6 +113,8 @@ class ChatStore:
             self.db.execute("PRAGMA foreign_keys = ON")
             self._upgrade()
             self.db.execute("PRAGMA journal_mode = WAL")
+            # WAL with NORMAL sync: never corrupt; a power cut may lose the last turns saved
+            self.db.execute("PRAGMA synchronous = NORMAL")
         except HistoryError:
             self.db.close()
             raise

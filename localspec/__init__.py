@@ -9,6 +9,8 @@ with localspec.load("target.gguf", draft="target.eagle3.gguf") as eng:  # n_draf
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     CheckpointError,
     ContextFullError,
@@ -21,6 +23,12 @@ from .errors import (
     UnsupportedModelError,
 )
 from .stats import Stats
+
+if TYPE_CHECKING:  # the lazy names below, typed for type checkers
+    from .converters.convert import convert
+    from .engine import MAX_DRAFT, Completion, Engine, Event, load
+    from .sampling import SamplingParams
+    from .tree import TreeShape
 
 __version__ = "0.1.0"
 

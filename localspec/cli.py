@@ -584,7 +584,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             "recalibrate": args.recalibrate,
         },
     )
-    LocalspecApp(opts, store=ChatStore()).run()
+    app = LocalspecApp(opts, store=ChatStore())
+    app.run()
+    for note in app.exit_notes:  # said in the app too; repeated once it has left the screen
+        print(f"localspec: {note}", file=sys.stderr)
+    if app.load_error:
+        raise LocalspecError(app.load_error)
     return 0
 
 

@@ -2,31 +2,45 @@
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import os
+import pathlib
+import re
+import shutil
+import sqlite3
+import threading
+import time
 
+import gguf
 import pytest
+from textual.geometry import Region
+from textual.widgets import Markdown
 
+import localspec
 from localspec.errors import GenerationError, LocalspecError
-from localspec.tui.app import ChatOptions, LocalspecApp
+from localspec.tui.app import ChatOptions, LocalspecApp, default_engine_factory
 from localspec.tui.store import ChatStore
 from localspec.tui.widgets.message import MessageView
 from localspec.tui.widgets.stats_panel import StatsPanel
 
+import tinymodels as tm
 from conftest import EXACT
 
 SIZE = (120, 40)
+TUI = pathlib.Path(__file__).parent.parent / "tui"
 
 
-def make_app(agree, tmp_path, **kw) -> LocalspecApp:
+def make_app(agree, tmp_path, store: ChatStore | None = None, **kw) -> LocalspecApp:
     target, _ = agree
     opts = ChatOptions(
-        target=target,
-        n_draft=4,
+        target=kw.pop("target", target),
+        n_draft=kw.pop("n_draft", 4),
         max_tokens=kw.pop("max_tokens", 30),
-        engine_kwargs=dict(EXACT),
+        engine_kwargs={**EXACT, **kw.pop("engine_kwargs", {})},
         **kw,
     )
-    return LocalspecApp(opts, store=ChatStore(str(tmp_path / "history.sqlite")))
+    return LocalspecApp(opts, store=store or ChatStore(str(tmp_path / "history.sqlite")))
 
 
 async def ready(pilot) -> None:
@@ -39,12 +53,87 @@ async def say(pilot, text: str) -> None:
     prompt.value = text
     await pilot.press("enter")
     await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.pause()
+    for _ in range(200):  # the reply's end is handled after the worker has finished
+        await pilot.pause()
+        if not pilot.app.generating:
+            break
+
+
+async def start_long_reply(pilot) -> None:
+    """Send a prompt and return once the reply has shown some text."""
+    pilot.app.chat.query_one("#prompt").value = "go"
+    await pilot.press("enter")
+    for _ in range(500):
+        await pilot.pause(0.02)
+        if replies(pilot.app)[-1].text:
+            return
+    raise AssertionError("the reply did not start")
 
 
 def replies(app) -> list[MessageView]:
     return [m for m in app.chat.query(MessageView) if m.role == "assistant"]
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def rendered(widget) -> list[str]:
+    """The widget's text as drawn at its current size."""
+    w, h = widget.size
+    return [strip.text for strip in widget.render_lines(Region(0, 0, w, h))]
+
+
+def stored(tmp_path, name: str = "history.sqlite") -> list[dict[str, str]]:
+    """Every stored message of the (single) conversation, as chat messages."""
+    store = ChatStore(str(tmp_path / name))
+    convs = store.conversations()
+    if not convs:
+        return []
+    (conv,) = convs
+    return [{"role": m.role, "content": m.content} for m in store.messages(conv.id)]
+
+
+def throttle(engine, seconds: float = 0.01) -> None:
+    """Slow the engine's chats to about one event per `seconds` (the tiny model is so fast that
+    it fills its context before a test can press a key)."""
+    real = engine.chat
+
+    def chat(*a, **kw):
+        events = real(*a, **kw)
+
+        def slow():
+            try:
+                for ev in events:
+                    time.sleep(seconds)
+                    yield ev
+            finally:
+                events.close()
+
+        return slow()
+
+    engine.chat = chat
+
+
+def fail_after(engine, n_events: int, error: str, real) -> None:
+    """Make the engine's chats (real: the unpatched method) raise GenerationError after
+    n_events real events."""
+
+    def chat(*a, **kw):
+        events = real(*a, **kw)
+
+        def failing():
+            try:
+                for i, ev in enumerate(events):
+                    if i == n_events:
+                        raise GenerationError(error)
+                    yield ev
+            finally:
+                events.close()
+
+        return failing()
+
+    engine.chat = chat
 
 
 async def test_prompt_streams_reply_and_updates_stats(agree, tmp_path) -> None:
@@ -55,38 +144,165 @@ async def test_prompt_streams_reply_and_updates_stats(agree, tmp_path) -> None:
         await say(pilot, "Hi")
         reply = replies(app)[-1]
         assert reply.text == "abcdefghijklmnopqrstuvwxyzabcd"
+        assert reply.query_one(Markdown).source == reply.text  # every piece reached the screen
         assert any(acc for _, acc in reply.segments)  # tinted segments exist
         snap = app.chat.query_one(StatsPanel).snapshot
         assert snap["generated"] == 30 and snap["tau"] > 3 and snap["acceptance_at"]
         assert "30 tokens" in reply.footer_text and "tau" in reply.footer_text
+        history = app.session.history
+    msgs = stored(tmp_path)
+    assert (
+        msgs
+        == history
+        == [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "abcdefghijklmnopqrstuvwxyzabcd"},
+        ]
+    )
     store = ChatStore(str(tmp_path / "history.sqlite"))
-    (conv,) = store.conversations()
-    msgs = store.messages(conv.id)
-    assert [m.role for m in msgs] == ["user", "assistant"]
-    assert msgs[1].content == "abcdefghijklmnopqrstuvwxyzabcd" and msgs[1].stats["tau"] > 3
+    assert store.messages(store.conversations()[0].id)[1].stats["tau"] > 3
+
+
+async def test_prompt_reuse_and_prefill_in_panel_and_footer(agree, tmp_path) -> None:
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "one")
+        await say(pilot, "two")  # the second turn's prompt holds the first: reusable
+        snap = app.chat.query_one(StatsPanel).snapshot
+        new, reused = snap["prompt_tokens"] - snap["cached_tokens"], snap["cached_tokens"]
+        assert snap["prompt_tokens"] > 0 and snap["t_prefill"] > 0
+        footer = replies(app)[-1].footer_text
+        assert f"prompt {new} new + {reused} reused, prefill {snap['t_prefill']:.2f} s" in footer
+        panel = rendered(app.chat.query_one(StatsPanel))
+        assert any(
+            line.startswith("prompt") and f"{new} new + {reused} reused" in line for line in panel
+        )
+        assert any(line.startswith("prefill") and f"{snap['t_prefill']:.2f} s" in line
+                   for line in panel)  # fmt: skip
+
+
+async def test_panel_and_stream_refresh_at_a_bounded_rate(agree, tmp_path, monkeypatch) -> None:
+    """A long reply: the side panel and the Markdown widget are updated a few times a second,
+    not once per step (that made streaming quadratic and slowed the engine)."""
+    shows, appends = [], []
+    real_show, real_append = StatsPanel.show, Markdown.append
+    monkeypatch.setattr(StatsPanel, "show", lambda self, s: (shows.append(1), real_show(self, s)))
+    monkeypatch.setattr(
+        Markdown, "append", lambda self, t: (appends.append(t), real_append(self, t))[1]
+    )
+    app = make_app(agree, tmp_path, n_draft=0, max_tokens=900)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await say(pilot, "long")
+        seconds = loop.time() - t0
+        reply = replies(app)[-1]
+        generated = app.chat.query_one(StatsPanel).snapshot["generated"]
+        assert generated == 900 and len(reply.text) == 900
+        assert reply.query_one(Markdown).source == reply.text
+    # snapshots come at 4 Hz and frames at 20 Hz (generous slack for a loaded machine)
+    assert len(shows) <= 4 * seconds + 5, (len(shows), seconds)
+    assert len(appends) <= 20 * seconds + 5, (len(appends), seconds)
+    assert len(appends) < generated / 4  # many steps per append
 
 
 async def test_escape_stops_a_reply_and_keeps_it(agree, tmp_path) -> None:
     app = make_app(agree, tmp_path, max_tokens=200_000)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        app.chat.query_one("#prompt").value = "go"
-        await pilot.press("enter")
-        for _ in range(100):
-            await pilot.pause(0.02)
-            if replies(app)[-1].text:
-                break
+        throttle(app.engine)
+        await start_long_reply(pilot)
         await pilot.press("escape")
         await app.workers.wait_for_complete()
-        await pilot.pause()
+        for _ in range(50):
+            await pilot.pause()
+            if not app.generating:
+                break
         reply = replies(app)[-1]
         assert 0 < len(reply.text) < 200_000
         assert "stopped" in reply.footer_text
         assert not app.generating
-        kept = reply.text
-    store = ChatStore(str(tmp_path / "history.sqlite"))
-    msgs = store.messages(store.conversations()[0].id)
-    assert msgs[-1].content == kept
+        kept, history = reply.text, app.session.history
+    assert (
+        stored(tmp_path)
+        == history
+        == [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": kept},
+        ]
+    )
+
+
+async def test_quit_mid_reply_waits_for_the_worker(agree, tmp_path) -> None:
+    """Quitting while a reply streams stops the generation thread before the engine closes,
+    and keeps the partial reply as a stopped turn (memory and store agree)."""
+    record: dict[str, object] = {"streaming": False}
+
+    def factory(opts):
+        eng = default_engine_factory(opts)
+        real_chat, real_close = eng.chat, eng.close
+
+        def chat(*a, **kw):
+            events = real_chat(*a, **kw)
+
+            def tracked():
+                record["streaming"] = True
+                try:
+                    for ev in events:
+                        # a long decode is in flight while the app quits
+                        time.sleep(1.0 if record.get("slow") else 0.01)
+                        yield ev
+                finally:
+                    events.close()
+                    record["streaming"] = False
+
+            return tracked()
+
+        def close():
+            record["closed_while_streaming"] = record["streaming"]
+            if not record["streaming"]:  # closing under a decode could crash the test run
+                real_close()
+
+        eng.chat, eng.close = chat, close
+        record["engine"] = eng
+        return eng
+
+    app = make_app(agree, tmp_path, max_tokens=200_000)
+    app.engine_factory = factory
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await start_long_reply(pilot)
+        assert app.generating and record["streaming"]
+        record["slow"] = True
+        await pilot.press("ctrl+q")
+    assert record["closed_while_streaming"] is False
+    with pytest.raises(LocalspecError, match="closed"):
+        record["engine"].tokenize("x")  # type: ignore[attr-defined]
+    msgs = stored(tmp_path)
+    assert [m["role"] for m in msgs] == ["user", "assistant"]
+    assert msgs[1]["content"].startswith("abc")
+
+
+async def test_quit_while_the_model_loads_closes_it(agree, tmp_path) -> None:
+    loaded = []
+    gate = threading.Event()
+
+    def slow_factory(opts):
+        gate.wait(10)
+        loaded.append(default_engine_factory(opts))
+        return loaded[-1]
+
+    app = make_app(agree, tmp_path)
+    app.engine_factory = slow_factory
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        gate.set()  # the model finishes loading while the app quits
+        await pilot.press("ctrl+q")
+    assert len(loaded) == 1
+    with pytest.raises(LocalspecError, match="closed"):
+        loaded[0].tokenize("x")
 
 
 async def test_tint_toggle_and_ab_speculation(agree, tmp_path) -> None:
@@ -97,8 +313,11 @@ async def test_tint_toggle_and_ab_speculation(agree, tmp_path) -> None:
         reply = replies(app)[-1]
         assert not reply.tint and reply.query_one(".body-md").display  # Markdown by default
         await pilot.press("ctrl+t")
+        await pilot.pause()
         assert reply.tint and reply.query_one(".body-tinted").display
         assert any(acc for _, acc in reply.segments)
+        chunks = list(reply.query(".tint-chunk"))
+        assert "\n".join(str(c.content) for c in chunks) == reply.text
         await pilot.press("ctrl+t")
         assert not reply.tint and reply.query_one(".body-md").display
         await pilot.press("ctrl+b")  # speculation off for the next reply
@@ -112,6 +331,28 @@ async def test_tint_toggle_and_ab_speculation(agree, tmp_path) -> None:
         assert len(app.chat.query_one("#history").taus) == 3
 
 
+async def test_tinted_streaming_renders_in_chunks(agree, tmp_path) -> None:
+    """Tinted text is split into chunks at line breaks, so a frame redraws only the last
+    chunk; together the chunks are the reply, with the accepted spans tinted."""
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        view = app.chat.add_message("assistant", tint=True)
+        await pilot.pause()
+        line = "x" * 59 + "\n"
+        for i in range(200):  # 12,000 characters, every other piece accepted
+            view.append(line, len(line) if i % 2 else 0)
+            if i % 10 == 0:
+                view.flush()
+        await view.finish()
+        await pilot.pause()
+        chunks = [c.content for c in view.query(".tint-chunk")]
+        assert len(chunks) >= 4
+        assert "\n".join(str(c) for c in chunks) == view.text
+        style = f"bold {app.current_theme.success}"
+        assert any(span.style == style for c in chunks for span in c.spans)
+
+
 async def test_commands_change_k_temperature_and_system(agree, tmp_path) -> None:
     app = make_app(agree, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -119,9 +360,11 @@ async def test_commands_change_k_temperature_and_system(agree, tmp_path) -> None
         await say(pilot, "/k 2")
         await say(pilot, "/temp 0.5")
         await say(pilot, "/system be brief")
-        assert (app.k, app.temperature, app.system) == (2, 0.5, "be brief")
+        assert (app.k, app.temperature, app.session.system) == (2, 0.5, "be brief")
         await say(pilot, "/k 99")
         assert app.k == 2  # refused
+        await say(pilot, "/rename too early")
+        assert any("nothing saved yet" in n for n in notes(app))
         await say(pilot, "hello")
         assert app.chat.query_one(StatsPanel).snapshot["k"] == 2
         await say(pilot, "/rename My chat")
@@ -129,8 +372,23 @@ async def test_commands_change_k_temperature_and_system(agree, tmp_path) -> None
         await say(pilot, f"/export {out}")
         text = out.read_text()
         assert text.startswith("# My chat") and "be brief" in text and "**assistant**" in text
+        assert any(f"exported to {out}" in n for n in notes(app))
         await pilot.press("ctrl+n")
-        assert app.conversation_id is None and not replies(app)
+        assert app.session.conversation_id is None and not replies(app)
+
+
+async def test_export_failure_is_reported_not_success(agree, tmp_path) -> None:
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "hello")
+        for bad in (tmp_path / "missing" / "x.md", tmp_path):  # no such folder; a folder
+            app._notifications.clear()
+            await say(pilot, f"/export {bad}")
+            assert any("cannot export" in n for n in notes(app)), notes(app)
+            assert not any("exported to" in n for n in notes(app))
+        assert not (tmp_path / "missing").exists()
+        assert not list(tmp_path.glob("*.part"))  # nothing half-written left behind
 
 
 async def test_reopen_conversation_in_a_fresh_app(agree, tmp_path) -> None:
@@ -148,11 +406,11 @@ async def test_reopen_conversation_in_a_fresh_app(agree, tmp_path) -> None:
         views = list(app2.chat.query(MessageView))
         assert [v.role for v in views] == ["user", "assistant"]
         assert views[0].text == "first question"
-        assert app2.history[-1]["role"] == "assistant"
+        assert "prompt" in views[1].footer_text  # the footer is rebuilt from saved stats
+        assert app2.session.history[-1]["role"] == "assistant"
         await say(pilot, "follow-up")  # continues the same conversation
-    store = ChatStore(str(tmp_path / "history.sqlite"))
-    assert len(store.conversations()) == 1
-    assert len(store.messages(store.conversations()[0].id)) == 4
+    assert len(ChatStore(str(tmp_path / "history.sqlite")).conversations()) == 1
+    assert [m["role"] for m in stored(tmp_path)] == ["user", "assistant"] * 2
 
 
 async def test_rename_and_delete_from_the_list(agree, tmp_path) -> None:
@@ -186,28 +444,169 @@ async def test_model_load_failure_is_a_notification(tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         assert app.engine is None and app.is_running
-        assert any("bad magic" in str(n.message) for n in app._notifications)
+        assert any("bad magic" in n for n in notes(app))
+        assert app.load_error == "cannot load model /x.gguf: bad magic"
         await pilot.press("f1")  # still usable
         await pilot.pause()
         assert app.screen.__class__.__name__ == "HelpScreen"
 
 
-async def test_generation_error_leaves_the_app_usable(agree, tmp_path) -> None:
+async def test_failed_reply_shows_its_error_and_is_not_kept(agree, tmp_path) -> None:
+    """The error text appears in the reply area; the failed turn is in neither the history
+    nor the store, so the next prompt does not follow an unanswered one."""
     app = make_app(agree, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
+        await say(pilot, "first")
         real_chat = app.engine.chat
-
-        def failing(*a, **kw):
-            raise GenerationError("llama_decode failed on the target batch (code 1)")
-
-        app.engine.chat = failing
+        fail_after(app.engine, 0, "llama_decode failed on the target batch (code 1)", real_chat)
         await say(pilot, "boom")
-        assert any("llama_decode failed" in str(n.message) for n in app._notifications)
+        failed = replies(app)[-1]
+        error = failed.query_one(".reply-error")
+        assert error.display and "llama_decode failed" in str(error.render())
+        assert failed.has_class("failed") and "not kept" in failed.footer_text
         assert not app.generating
+        fail_after(app.engine, 3, "out of memory mid-reply", real_chat)  # after some text
+        await say(pilot, "boom again")
+        failed = replies(app)[-1]
+        assert failed.text and "out of memory mid-reply" in str(
+            failed.query_one(".reply-error").render()
+        )
         app.engine.chat = real_chat
         await say(pilot, "again")
         assert replies(app)[-1].text.startswith("abc")
+        history = app.session.history
+    assert stored(tmp_path) == history
+    assert [m["content"] for m in history if m["role"] == "user"] == ["first", "again"]
+
+
+async def test_chat_template_fallback_is_said(tmp_path) -> None:
+    """A model without a chat template chats through ChatML; the status line says so, and
+    the note is kept for stderr."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf.GGUFWriter, "add_chat_template", lambda self, t: None)
+        target, _ = tm.write_agreeing_pair(str(tmp_path), name="bare")
+    app = make_app((target, None), tmp_path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await ready(pilot)
+        status = str(app.chat.query_one("#status").render())
+        assert "bare.gguf has no chat template: using ChatML" in status
+        assert app.exit_notes == [app.engine.chat_template_note] and app.exit_notes[0]
+        await say(pilot, "Hi")
+        assert replies(app)[-1].text.startswith("abc")
+
+
+def test_cli_prints_the_template_note_on_stderr(tmp_path, monkeypatch, capsys) -> None:
+    from localspec import cli
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf.GGUFWriter, "add_chat_template", lambda self, t: None)
+        target, _ = tm.write_agreeing_pair(str(tmp_path), name="bare")
+
+    def headless(self) -> None:  # the real app, without a terminal: load, then quit
+        async def go() -> None:
+            async with self.run_test(size=SIZE) as pilot:
+                await ready(pilot)
+
+        asyncio.run(go())
+
+    monkeypatch.setattr(LocalspecApp, "run", headless)
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
+    assert cli.main(["chat", target, "--no-draft", "-t", "2"]) == 0
+    err = capsys.readouterr().err
+    assert f"localspec: {target} has no chat template: using ChatML" in err
+
+
+async def test_store_errors_keep_the_conversation_in_memory(agree, tmp_path) -> None:
+    """A locked database (another connection holds a write transaction): the reply is kept
+    in memory, the user is told, and the next save writes every pending turn."""
+    path = str(tmp_path / "history.sqlite")
+    app = make_app(agree, tmp_path, store=ChatStore(path, timeout=0.1))
+    other = sqlite3.connect(path, isolation_level=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "saved")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("UPDATE conversations SET title = 'held'")
+        await say(pilot, "while locked")
+        assert app.is_running and not app.generating
+        assert any("locked" in n and "kept in memory" in n for n in notes(app)), notes(app)
+        assert len(app.session.history) == 4 and len(app.session.unsaved) == 1
+        await say(pilot, "/system still locked")  # a command's store error is shown too
+        assert any("cannot set the system prompt" in n for n in notes(app))
+        other.execute("ROLLBACK")
+        await say(pilot, "after")
+        assert app.session.unsaved == []
+        history = app.session.history
+    other.close()
+    assert stored(tmp_path) == history
+    assert [m["content"] for m in history if m["role"] == "user"] == [
+        "saved",
+        "while locked",
+        "after",
+    ]
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+async def test_read_only_or_full_database_does_not_crash(agree, tmp_path, how) -> None:
+    app = make_app(agree, tmp_path, engine_kwargs={"n_ctx": 2048})
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "one")
+        if how == "read-only":  # as root a file mode would not stop writes; SQLite's does
+            app.store.db.execute("PRAGMA query_only = ON")
+        else:
+            pages = app.store.db.execute("PRAGMA page_count").fetchone()[0]
+            app.store.db.execute(f"PRAGMA max_page_count = {pages}")
+        await say(pilot, "two" + " the" * 1500)  # 6,000 characters: needs new pages
+        why = "readonly" if how == "read-only" else "full"
+        assert any(why in n for n in notes(app)), notes(app)
+        await say(pilot, "/rename New title")
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("d")  # delete from the list: refused, shown
+        await pilot.pause()
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.is_running and len(app.session.history) == 4
+        assert len(app.session.unsaved) == 1
+        if how == "read-only":  # (with the file at its page limit these need no new page)
+            assert app.store.conversations()  # the delete was refused
+            assert any("cannot delete" in n for n in notes(app))
+            assert any("cannot rename" in n for n in notes(app))
+
+
+def test_tui_uses_only_the_public_api() -> None:
+    """The app imports only names `localspec` exports, and does not reach into the drafter."""
+    for path in TUI.rglob("*.py"):
+        source = path.read_text()
+        assert not re.search(r"\.spec\b", source), path
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] == "localspec":
+                    assert node.module == "localspec", (path, node.module)
+                    for alias in node.names:
+                        assert alias.name in localspec.__all__, (path, alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith("localspec."), (path, alias.name)
+
+
+async def test_side_panel_labels_never_truncate(agree, tmp_path) -> None:
+    target, draft = agree
+    long_draft = tmp_path / ("agree-drafter-" + "with-a-very-long-descriptive-name-" * 3 + ".gguf")
+    shutil.copy(draft, long_draft)
+    for width in (150, 170):
+        app = make_app(agree, tmp_path, draft=str(long_draft))
+        async with app.run_test(size=(width, 50)) as pilot:
+            await ready(pilot)
+            await say(pilot, "Hi")
+            lines = rendered(app.chat.query_one(StatsPanel))
+        for label in ("mode", "drafter", "tokens/s", "tau", "accepted", "accept %", "prompt",
+                      "prefill", "time", "vs plain"):  # fmt: skip
+            assert any(line.startswith(label + " ") for line in lines), (width, label, lines)
+        (drafter,) = [line for line in lines if line.startswith("drafter ")]
+        assert "agree-drafter-with" in drafter and drafter.rstrip().endswith("…")
 
 
 async def test_context_full_is_reported(agree, tmp_path) -> None:
@@ -217,10 +616,8 @@ async def test_context_full_is_reported(agree, tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await say(pilot, "fill it")
-        assert "context full" in replies(app)[-1].footer_text, [
-            str(n.message) for n in app._notifications
-        ]
-        assert any("context window is full" in str(n.message) for n in app._notifications)
+        assert "context full" in replies(app)[-1].footer_text, notes(app)
+        assert any("context window is full" in n for n in notes(app))
 
 
 async def test_copy_last_reply(agree, tmp_path) -> None:
@@ -230,20 +627,6 @@ async def test_copy_last_reply(agree, tmp_path) -> None:
         await say(pilot, "copy me")
         await pilot.press("ctrl+y")
         assert app.clipboard == replies(app)[-1].text
-
-
-def test_store_survives_reopen_and_refuses_garbage(tmp_path) -> None:
-    path = tmp_path / "h.sqlite"
-    s = ChatStore(str(path))
-    cid = s.new_conversation("t")
-    s.add_message(cid, "user", "x")
-    s.close()
-    assert ChatStore(str(path)).messages(cid)[0].content == "x"
-    bad = tmp_path / "bad.sqlite"
-    bad.write_bytes(b"not a database" * 100)
-    with pytest.raises(LocalspecError, match="chat history"):
-        ChatStore(str(bad))
-    assert bad.read_bytes().startswith(b"not a database")  # nothing overwritten
 
 
 def test_data_dir_follows_env(tmp_path, monkeypatch) -> None:

@@ -3,6 +3,9 @@ UI change with: pytest tests/test_tui_snapshots.py --snapshot-update"""
 
 from __future__ import annotations
 
+import shutil
+
+from localspec.errors import GenerationError
 from localspec.tui.app import ChatOptions, LocalspecApp
 from localspec.tui.store import ChatStore
 
@@ -44,3 +47,35 @@ def test_light_theme_stays_readable(agree, tmp_path, snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(app_for(agree, tmp_path), terminal_size=SIZE, run_before=light)
+
+
+def test_long_drafter_name_keeps_the_labels(agree, tmp_path, snap_compare) -> None:
+    target, draft = agree
+    long_draft = tmp_path / ("agree-drafter-" + "with-a-very-long-descriptive-name-" * 3 + ".gguf")
+    shutil.copy(draft, long_draft)
+    opts = ChatOptions(target=target, draft=str(long_draft), n_draft=4, engine_kwargs=dict(EXACT))
+    app = LocalspecApp(opts, store=ChatStore(str(tmp_path / "h.sqlite")))
+    assert snap_compare(app, terminal_size=(150, 34), run_before=loaded)
+
+
+def test_failed_reply_shows_its_error(agree, tmp_path, snap_compare) -> None:
+    async def fail(pilot) -> None:
+        await loaded(pilot)
+
+        def failing(*a, **kw):
+            raise GenerationError("llama_decode failed on the target batch (code 1)")
+
+        pilot.app.engine.chat = failing
+        prompt = pilot.app.chat.query_one("#prompt")
+        prompt.value = "Hi"
+        prompt.focus()
+        await pilot.press("enter")
+        await pilot.app.workers.wait_for_complete()
+        for _ in range(50):
+            await pilot.pause()
+            if not pilot.app.generating:
+                break
+        prompt.blur()
+        await pilot.pause()
+
+    assert snap_compare(app_for(agree, tmp_path), terminal_size=SIZE, run_before=fail)

@@ -1,12 +1,14 @@
 """`localspec chat`: a Textual terminal chat that makes speculation visible.
 
-Attributes flow down, messages flow up: generation runs in a thread worker that posts
-ReplyChunk / ReplyDone / ReplyFailed messages, and the UI changes only in their handlers.
+Attributes flow down, messages flow up: generation runs in a thread worker that streams into a
+ReplyBuffer, which the UI drains on a frame timer (a bounded rate, whatever the engine's speed);
+the worker posts one ReplyEnded message, and the UI changes only on the UI thread.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -15,21 +17,31 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Input, LoadingIndicator
 from textual.worker import get_current_worker
 
-from localspec.engine import MAX_DRAFT
-from localspec.errors import LocalspecError
-from localspec.sampling import SamplingParams
-from localspec.tree import TreeShape
+from localspec import LocalspecError, TreeShape
 
+from .commands import run_command
+from .frame_budget import FrameBudget
+from .generation import ReplyOutcome, ReplyRequest, stream_reply
+from .reply_buffer import ReplyBuffer
 from .screens.chat import ChatScreen
 from .screens.conversations import ConversationsScreen
 from .screens.help import HelpScreen
-from .store import ChatStore
+from .session import ChatSession
+from .store import ChatStore, HistoryError, Turn
+from .summaries import reply_footer
+from .thread_gate import ThreadGate
 from .widgets.history_chart import HistoryChart
 from .widgets.message import MessageView
 from .widgets.stats_panel import StatsPanel
+
+FRAME_S = 1 / 20  # the streaming reply is redrawn at most this often,
+UI_SHARE = 0.08  # ...with at most this share of a core for the UI thread,
+MAX_GAP_S = 1.0  # ...but at least this often, however costly a redraw
+PANEL_S = 0.25  # the side panel is refreshed at most this often while streaming
 
 
 @dataclass
@@ -51,7 +63,7 @@ class ChatOptions:
 
 
 def default_engine_factory(o: ChatOptions) -> Any:
-    from localspec.engine import load
+    from localspec import load
 
     kw: dict[str, Any] = dict(
         n_draft=o.n_draft,
@@ -70,22 +82,10 @@ class EngineReady(Message):
         self.engine, self.error = engine, error
 
 
-class ReplyChunk(Message):
-    def __init__(self, text: str, accepted_chars: int, snapshot: dict[str, Any]) -> None:
+class ReplyEnded(Message):
+    def __init__(self, outcome: ReplyOutcome) -> None:
         super().__init__()
-        self.text, self.accepted_chars, self.snapshot = text, accepted_chars, snapshot
-
-
-class ReplyDone(Message):
-    def __init__(self, snapshot: dict[str, Any], finish_reason: str, stopped: bool) -> None:
-        super().__init__()
-        self.snapshot, self.finish_reason, self.stopped = snapshot, finish_reason, stopped
-
-
-class ReplyFailed(Message):
-    def __init__(self, error: str) -> None:
-        super().__init__()
-        self.error = error
+        self.outcome = outcome
 
 
 class LocalspecApp(App[None]):
@@ -128,16 +128,25 @@ class LocalspecApp(App[None]):
         self.k: int | str = options.n_draft  # "auto" or a fixed chain length
         self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
         self.temperature = options.temperature
-        self.system = options.system
+        self.session = ChatSession(self.store, system=options.system)
         self.speculation = options.draft is not False
         self.tint = False  # Markdown by default; ctrl+t shows where drafts were accepted
-        self.conversation_id: int | None = None
-        self.history: list[dict[str, str]] = []
         self.generating = False
-        self._stop = False
-        self._reply: MessageView | None = None
         self.last_plain_tps: float | None = None
         self.last_reply = ""
+        self.load_error: str | None = None
+        self.exit_notes: list[str] = []  # for stderr once the app has left the terminal
+        self._stop = False
+        self._gate = ThreadGate()  # the engine is closed only once no worker is inside
+        self._loaded: Any = None  # the engine as loaded, even if EngineReady never arrives
+        self._reply: MessageView | None = None
+        self._prompt = ""  # the prompt of the reply in progress
+        self._buffer: ReplyBuffer | None = None
+        self._outcome: ReplyOutcome | None = None  # set by the worker as it ends
+        self._frame_timer: Timer | None = None
+        self._budget = FrameBudget(UI_SHARE, FRAME_S, MAX_GAP_S)
+        self._panel_shown = 0.0  # monotonic time of the last panel refresh
+        self._snapshot_due: dict[str, Any] | None = None  # drained, not yet shown
 
     # --- start-up ----------------------------------------------------------------------------
 
@@ -145,6 +154,8 @@ class LocalspecApp(App[None]):
         self._chat = ChatScreen()
         await self.push_screen(self._chat)
         self.chat.set_status(f"loading {self.options.target or 'the default model'}...")
+        self.chat.conversation.anchor()  # follow the stream until the user scrolls up
+        self._frame_timer = self.set_interval(FRAME_S, self._frame, pause=True)
         self.load_engine()
 
     @property
@@ -153,28 +164,41 @@ class LocalspecApp(App[None]):
 
     @work(thread=True, exclusive=True, group="load")
     def load_engine(self) -> None:
+        if not self._gate.enter():
+            return
         try:
             engine = self.engine_factory(self.options)
         except LocalspecError as exc:
             self.post_message(EngineReady(None, str(exc)))
-            return
-        self.post_message(EngineReady(engine, None))
+        else:
+            self._loaded = engine
+            self.post_message(EngineReady(engine, None))
+        finally:
+            self._gate.leave()
 
     def on_engine_ready(self, msg: EngineReady) -> None:
         self.chat.query_one("#loading", LoadingIndicator).display = False
         prompt = self.chat.query_one("#prompt", Input)
         if msg.error:
+            self.load_error = msg.error
             self.chat.set_status("no model loaded")
             self.notify(msg.error, title="Model load failed", severity="error", timeout=30)
             prompt.placeholder = "no model loaded (see the error); ctrl+o still opens history"
             return
-        self.engine = msg.engine
-        self.speculation = self.speculation and self.engine.drafter is not None
-        d = self.engine.drafter
-        note = f"{d.spec.variant} drafter {os.path.basename(d.spec.path)}" if d else "no drafter"
-        if d is None and self.options.draft is None:
+        eng = self.engine = msg.engine
+        self.speculation = self.speculation and eng.draft_path is not None
+        self.session.target, self.session.draft = eng.target_path, eng.draft_path or ""
+        if eng.draft_path:
+            note = f"{eng.draft_variant} drafter {os.path.basename(eng.draft_path)}"
+        elif self.options.draft is None:
             note = "no drafter found next to the target: plain decoding"
-        self.chat.set_status(f"{os.path.basename(self.engine.target_path)}  |  {note}")
+        else:
+            note = "no drafter"
+        status = [os.path.basename(eng.target_path), note]
+        if eng.chat_template_note:  # e.g. a model without a chat template gets ChatML
+            status.append(eng.chat_template_note.replace(eng.target_path, status[0]))
+            self.exit_notes.append(eng.chat_template_note)
+        self.chat.set_status("  |  ".join(status))
         self.sub_title = "speculation on" if self.speculation else "speculation off"
         prompt.disabled = False
         prompt.placeholder = "Message (F1: help, /k auto|N, /tree D,K,B, /temp T, /system ...)"
@@ -200,104 +224,68 @@ class LocalspecApp(App[None]):
         self.send(text)
 
     def send(self, text: str) -> None:
-        if self.conversation_id is None:
-            self.conversation_id = self.store.new_conversation(
-                text[:60],
-                target=self.engine.target_path,
-                draft=self.engine.draft_path or "",
-                system=self.system,
-            )
+        """Start a reply. The prompt joins the history (and the store) only with its reply."""
         self.chat.add_message("user", text)
-        self.history.append({"role": "user", "content": text})
-        self.store.add_message(self.conversation_id, "user", text)
         self._reply = self.chat.add_message("assistant", tint=self.tint)
-        self.generating = True
-        self._stop = False
+        self.chat.conversation.anchor()
+        self._prompt, self._buffer, self._outcome = text, ReplyBuffer(), None
+        self.generating, self._stop = True, False
         k = self.k if self.speculation else 0
-        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + self.history
-        self.generate(msgs, k)
+        request = ReplyRequest(
+            messages=self.session.messages_for(text),
+            k=k,
+            tree=self.draft_tree,
+            max_tokens=self.options.max_tokens,
+            temperature=self.temperature,
+            top_k=self.options.top_k,
+            top_p=self.options.top_p,
+            seed=self.options.seed,
+        )
+        # the engine starts once the new messages are on screen: laying them out costs the UI
+        # thread tens of milliseconds, which would otherwise compete with the first decodes
+        self.call_after_refresh(self._start_reply, request, self._buffer)
+
+    def _start_reply(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
+        assert self._frame_timer is not None
+        self._budget.start()
+        self._frame_timer.resume()
+        self.generate(request, buffer)
 
     def run_command(self, line: str) -> None:
-        cmd, _, arg = line.partition(" ")
-        arg = arg.strip()
-        try:
-            if cmd == "/k":
-                k: int | str = "auto" if arg == "auto" else int(arg)
-                if k != "auto" and not 0 <= int(k) <= MAX_DRAFT:
-                    raise ValueError
-                self.k, self.draft_tree = k, None
-                self.notify("draft: auto (cost model)" if k == "auto" else f"draft: chain k = {k}")
-            elif cmd == "/tree":
-                self.draft_tree = TreeShape.parse(arg)
-                self.notify(f"draft: fixed {self.draft_tree}")
-            elif cmd == "/temp":
-                t = float(arg)
-                SamplingParams(t, self.options.top_k, self.options.top_p)  # the engine's rule
-                self.temperature = t
-                self.notify(f"temperature = {t}")
-            elif cmd == "/system":
-                self.system = arg
-                if self.conversation_id is not None:
-                    self.store.set_system(self.conversation_id, arg)
-                self.notify("system prompt set" if arg else "system prompt cleared")
-            elif cmd == "/rename" and arg and self.conversation_id is not None:
-                self.store.rename(self.conversation_id, arg)
-                self.notify(f"renamed to {arg}")
-            elif cmd == "/export" and self.conversation_id is not None:
-                self.notify(f"exported to {self.export_conversation(self.conversation_id, arg)}")
-            elif cmd in ("/new", "/clear"):
-                self.action_new_conversation()
-            else:
-                self.notify(
-                    f"unknown or incomplete command: {line} (F1 lists them)", severity="warning"
-                )
-            self._show_idle_stats()
-        except (ValueError, LocalspecError) as exc:
-            why = f" ({exc})" if isinstance(exc, LocalspecError) else ""
-            self.notify(f"bad value for {cmd}: {arg!r}{why}", severity="error")
+        run_command(self, line)
+        self._show_idle_stats()
 
-    def export_conversation(self, conversation_id: int, path: str = "") -> str:
-        path = path or f"localspec-conversation-{conversation_id}.md"
+    def export_conversation(self, conversation_id: int, path: str = "") -> str | None:
+        """Write a conversation as Markdown and say where; None (and an error) on failure."""
         try:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(self.store.export_markdown(conversation_id))
-        except OSError as exc:
-            self.notify(f"cannot write {path}: {exc}", severity="error")
-        return os.path.abspath(path)
+            out = self.store.export(
+                conversation_id, path or f"localspec-conversation-{conversation_id}.md"
+            )
+        except HistoryError as exc:
+            self.notify(str(exc), title="Export failed", severity="error", timeout=15)
+            return None
+        self.notify(f"exported to {out}")
+        return out
 
-    # --- generation (thread worker) ----------------------------------------------------------
+    # --- generation: a thread worker feeding a buffer, drained by a frame timer --------------
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, messages: list[dict[str, str]], k: int | str) -> None:
-        worker = get_current_worker()
-        eng = self.engine
-        reason, stopped = "length", False
-        try:
-            events = eng.chat(
-                messages,
-                max_tokens=self.options.max_tokens,
-                n_draft=k,
-                tree=self.draft_tree if k != 0 else None,
-                temperature=self.temperature,
-                top_k=self.options.top_k,
-                top_p=self.options.top_p,
-                seed=self.options.seed,
-            )
-            try:
-                for ev in events:
-                    if self._stop or worker.is_cancelled:
-                        stopped = True
-                        break
-                    n_acc = sum(ev.accepted)
-                    acc_chars = len(eng.detokenize(ev.tokens[:n_acc])) if n_acc else 0
-                    self.post_message(ReplyChunk(ev.text, acc_chars, self._snapshot(k)))
-                    reason = ev.finish_reason or reason
-            finally:
-                events.close()  # ends the generator: its statistics are final
-        except LocalspecError as exc:
-            self.post_message(ReplyFailed(str(exc)))
+    def generate(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
+        if not self._gate.enter():
             return
-        self.post_message(ReplyDone(self._snapshot(k), reason, stopped))
+        try:
+            worker = get_current_worker()
+            outcome = stream_reply(
+                self.engine,
+                request,
+                buffer,
+                lambda: self._stop or worker.is_cancelled or self._gate.closed,
+                lambda: self._snapshot(request.k),
+            )
+            self._outcome = outcome  # read by on_unmount when quitting mid-reply
+            self.post_message(ReplyEnded(outcome))
+        finally:
+            self._gate.leave()
 
     def _mode(self, k: int | str) -> str:
         if k == 0:
@@ -307,6 +295,7 @@ class LocalspecApp(App[None]):
         return "auto (cost model)" if k == "auto" else f"fixed chain k={k}"
 
     def _snapshot(self, k: int | str) -> dict[str, Any]:
+        """Statistics for the panel; called by the worker between steps, where they are whole."""
         stats = self.engine.last_stats
         snap = stats.as_dict()
         snap["k"] = k
@@ -317,49 +306,72 @@ class LocalspecApp(App[None]):
             snap["speedup"] = snap["tokens_per_s"] / self.last_plain_tps
         return snap
 
-    def on_reply_chunk(self, msg: ReplyChunk) -> None:
-        if self._reply is not None and msg.text:
-            self._reply.append(msg.text, msg.accepted_chars)
-            self.chat.conversation.scroll_end(animate=False)
-        self.chat.query_one(StatsPanel).show(msg.snapshot)
+    def _frame(self, *, last: bool = False) -> None:
+        """Show what the worker produced since the last frame, when the budget allows."""
+        if self._buffer is None or not (last or self._budget.ready()):
+            return
+        self._budget.start()
+        pieces, snap = self._buffer.drain()
+        if self._reply is not None:
+            for text, accepted_chars in pieces:
+                self._reply.append(text, accepted_chars)
+            self._reply.flush()
+        snap = self._snapshot_due = snap or self._snapshot_due
+        now = time.monotonic()
+        if snap is not None and (last or now - self._panel_shown >= PANEL_S):
+            self._panel_shown, self._snapshot_due = now, None
+            self.chat.query_one(StatsPanel).show(snap)
 
-    def on_reply_done(self, msg: ReplyDone) -> None:
-        s = msg.snapshot
+    async def on_reply_ended(self, msg: ReplyEnded) -> None:
+        out = msg.outcome
+        assert self._frame_timer is not None
+        self._frame_timer.pause()
+        self._frame(last=True)  # the last pieces
+        self._buffer = None
+        reply, self._reply = self._reply, None
+        if reply is not None:
+            await reply.finish()
+        if out.error is not None:
+            self._reply_failed(reply, out.error)
+        else:
+            self._reply_done(reply, out)
         self.generating = False
-        reply = self._reply
+
+    def _reply_done(self, reply: MessageView | None, out: ReplyOutcome) -> None:
+        s = dict(out.snapshot, stopped=out.stopped, finish_reason=out.finish_reason)
         text = reply.text if reply else ""
         self.last_reply = text
         if s["k"] == 0 and s["generated"] > 0:
             self.last_plain_tps = s["tokens_per_s"]
-        footer = (
-            f"{s['generated']} tokens · {s['tokens_per_s']:.1f} tok/s · tau {s['tau']:.2f}"
-            f" · {100 * s['acceptance_rate']:.0f}% accepted · {s['mode']}"
-        )
-        if msg.stopped:
-            footer += " · stopped"
-        elif msg.finish_reason == "context_full":
-            footer += " · context full"
+        if reply is not None:
+            reply.set_footer(reply_footer(s))
+        if out.finish_reason == "context_full":
             self.notify(
                 "the context window is full: start a new conversation (ctrl+n)", severity="warning"
             )
-        if reply is not None:
-            reply.set_footer(footer)
-        self.history.append({"role": "assistant", "content": text})
-        if self.conversation_id is not None:
-            self.store.add_message(self.conversation_id, "assistant", text, stats=s)
+        self._report_unsaved(self.session.add_turn(Turn(self._prompt, text, s)))
         self.chat.query_one(StatsPanel).show(s)
         if s["generated"]:
             self.chat.query_one(HistoryChart).add(s["tau"], s["tokens_per_s"])
-        self._reply = None
 
-    def on_reply_failed(self, msg: ReplyFailed) -> None:
-        self.generating = False
-        if self._reply is not None:
-            self._reply.set_footer("generation failed")
-        self._reply = None
-        if self.history and self.history[-1]["role"] == "user":
-            self.history.pop()  # the next prompt should not stack on a failed turn
-        self.notify(msg.error, title="Generation failed", severity="error", timeout=15)
+    def _reply_failed(self, reply: MessageView | None, error: str) -> None:
+        if reply is not None:
+            reply.show_error(f"generation failed: {error}")
+            reply.set_footer("not kept: the next prompt continues from the turn before")
+        self.notify(error, title="Generation failed", severity="error", timeout=15)
+
+    def _report_unsaved(self, exc: HistoryError | None) -> bool:
+        """Tell the user when the store refused turns (kept in memory; later saves retry)."""
+        if exc is not None:
+            n = len(self.session.unsaved)
+            self.notify(
+                f"{exc}. {n} turn{'s' if n > 1 else ''} kept in memory only; saving is retried "
+                "with the next reply.",
+                title="Chat history",
+                severity="error",
+                timeout=15,
+            )
+        return exc is None
 
     # --- actions -----------------------------------------------------------------------------
 
@@ -374,7 +386,7 @@ class LocalspecApp(App[None]):
         self.notify("tinting accepted drafts" if self.tint else "tinting off")
 
     def action_toggle_speculation(self) -> None:
-        if self.engine is None or self.engine.drafter is None:
+        if self.engine is None or self.engine.draft_path is None:
             self.notify("no drafter loaded: speculation is off", severity="warning")
             return
         self.speculation = not self.speculation
@@ -382,12 +394,20 @@ class LocalspecApp(App[None]):
         self.notify(f"next reply: {'speculation' if self.speculation else 'plain decoding'}")
         self._show_idle_stats()
 
-    def action_new_conversation(self) -> None:
+    def _leave_conversation(self) -> bool:
+        """Before another conversation replaces this one: False while a reply streams."""
         if self.generating:
             self.notify("stop the reply first (esc)", severity="warning")
+            return False
+        if not self._report_unsaved(self.session.save()):
+            n = len(self.session.unsaved)
+            self.notify(f"{n} unsaved turn{'s' if n > 1 else ''} left behind", severity="warning")
+        return True
+
+    def action_new_conversation(self) -> None:
+        if not self._leave_conversation():
             return
-        self.conversation_id = None
-        self.history = []
+        self.session.reset()
         self.chat.clear_messages()
 
     def action_open_conversations(self) -> None:
@@ -397,25 +417,19 @@ class LocalspecApp(App[None]):
         self.push_screen(ConversationsScreen(self.store), self.open_conversation)
 
     def open_conversation(self, conversation_id: int | None) -> None:
-        if conversation_id is None:
+        if conversation_id is None or not self._leave_conversation():
             return
-        conv = self.store.conversation(conversation_id)
-        self.conversation_id = conversation_id
-        self.system = conv.system
+        try:
+            title, messages = self.session.open(conversation_id)
+        except HistoryError as exc:
+            self.notify(str(exc), title="Chat history", severity="error", timeout=15)
+            return
         self.chat.clear_messages()
-        self.history = []
-        for m in self.store.messages(conversation_id):
+        for m in messages:
             view = self.chat.add_message(m.role, m.content, tint=False)
             if m.stats:
-                s = m.stats
-                view.footer_text = (
-                    f"{s.get('generated', 0)} tokens · "
-                    f"{s.get('tokens_per_s', 0.0):.1f} tok/s · tau "
-                    f"{s.get('tau', 0.0):.2f} · {s.get('mode', '')}"
-                )
-            if m.role in ("user", "assistant"):
-                self.history.append({"role": m.role, "content": m.content})
-        self.notify(f"opened: {conv.title}")
+                view.footer_text = reply_footer(m.stats)
+        self.notify(f"opened: {title}")
 
     def action_copy_last(self) -> None:
         if self.last_reply:
@@ -438,7 +452,24 @@ class LocalspecApp(App[None]):
         )
         panel.show(snap)
 
+    # --- shutdown ----------------------------------------------------------------------------
+
     def on_unmount(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
+        """Quit, even mid-reply: stop the worker and wait for it before the engine closes."""
+        self._stop = True
+        self._gate.close()  # returns once no worker is inside the engine
+        out = self._outcome
+        if self.generating and self._reply is not None and out and out.error is None:
+            if self._buffer is not None:  # the reply so far is kept, as esc keeps it
+                for text, accepted_chars in self._buffer.drain()[0]:
+                    self._reply.append(text, accepted_chars)
+            s = dict(out.snapshot, stopped=True, finish_reason=out.finish_reason)
+            self.session.add_turn(Turn(self._prompt, self._reply.text, s))
+        exc = self.session.save()
+        if exc is not None:
+            n = len(self.session.unsaved)
+            self.exit_notes.append(f"{n} chat turn{'s' if n > 1 else ''} not saved: {exc}")
+        engine = self.engine or self._loaded
+        if engine is not None:
+            engine.close()
         self.store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
@@ -41,4 +42,5 @@ class ChatScreen(Screen[None]):
         self.conversation.remove_children()
 
     def set_status(self, text: str) -> None:
-        self.query_one("#status", Static).update(text)
+        """One line: what does not fit ends in an ellipsis (the stylesheet says so)."""
+        self.query_one("#status", Static).update(Text(text))

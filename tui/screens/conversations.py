@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from ..store import ChatStore
+from ..store import ChatStore, HistoryError
 
 
 class ConversationsScreen(ModalScreen[int | None]):
@@ -41,7 +42,12 @@ class ConversationsScreen(ModalScreen[int | None]):
     def refresh_list(self) -> None:
         ol = self.query_one(OptionList)
         ol.clear_options()
-        for c in self.store.conversations():
+        try:
+            conversations = self.store.conversations()
+        except HistoryError as exc:
+            self.notify(str(exc), title="Chat history", severity="error", timeout=15)
+            conversations = []
+        for c in conversations:
             when = datetime.datetime.fromtimestamp(c.updated).strftime("%Y-%m-%d %H:%M")
             ol.add_option(Option(f"{c.title}  ({c.n_messages} messages, {when})", id=str(c.id)))
         if ol.option_count:
@@ -63,8 +69,7 @@ class ConversationsScreen(ModalScreen[int | None]):
 
     def action_delete(self) -> None:
         cid = self._selected()
-        if cid is not None:
-            self.store.delete(cid)
+        if cid is not None and self._write(self.store.delete, cid):
             self.notify("conversation deleted")
             self.refresh_list()
 
@@ -79,12 +84,19 @@ class ConversationsScreen(ModalScreen[int | None]):
         title = event.value.strip()
         event.input.display = False
         event.input.value = ""
-        if cid is not None and title:
-            self.store.rename(cid, title)
+        if cid is not None and title and self._write(self.store.rename, cid, title):
             self.refresh_list()
 
     def action_export(self) -> None:
         cid = self._selected()
         if cid is not None:
-            path = self.app.export_conversation(cid)  # type: ignore[attr-defined]
-            self.notify(f"exported to {path}")
+            self.app.export_conversation(cid)  # type: ignore[attr-defined]  # it reports
+
+    def _write(self, change: Callable[..., None], *args: object) -> bool:
+        """Apply a change to the store; False (and the reason shown) if it refuses."""
+        try:
+            change(*args)
+        except HistoryError as exc:
+            self.notify(str(exc), title="Chat history", severity="error", timeout=15)
+            return False
+        return True

@@ -1,4 +1,4 @@
-"""The live statistics panel: speed, tau, acceptance per draft position, time split, A/B."""
+"""The live statistics panel: speed, tau, acceptance per draft position, prompt reuse, A/B."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
+
+from ..summaries import prompt_summary
 
 BAR = 16
 
@@ -17,7 +19,8 @@ def bar(fraction: float, width: int = BAR) -> str:
 
 
 class StatsPanel(Static):
-    """Fed with a stats snapshot (Stats.as_dict() plus what the app knows) while replying."""
+    """Fed with a stats snapshot (Stats.as_dict() plus what the app knows) while replying;
+    the app refreshes it a few times a second, not per token."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -29,32 +32,46 @@ class StatsPanel(Static):
 
     @staticmethod
     def render_stats(s: dict[str, Any]) -> Table:
-        t = Table.grid(padding=(0, 1))
-        t.add_column(style="bold", no_wrap=True)
-        t.add_column(no_wrap=True)
-        mode = s.get("mode", "")
-        t.add_row("mode", Text(mode, style="bold"))
-        t.add_row("drafter", Text(s.get("drafter", "none"), overflow="ellipsis"))
-        t.add_row("k", str(s.get("k", "-")))
+        rows: list[tuple[str, str | Text]] = [
+            ("mode", Text(s.get("mode", ""), style="bold")),
+            ("drafter", s.get("drafter", "none")),
+            ("k", str(s.get("k", "-"))),
+        ]
         if s.get("shape"):
-            t.add_row("shapes", Text(s["shape"], overflow="fold"))
-        t.add_row("tokens/s", f"{s.get('tokens_per_s', 0.0):.1f}")
+            rows.append(("shapes", Text(s["shape"], overflow="fold")))
+        rows.append(("tokens/s", f"{s.get('tokens_per_s', 0.0):.1f}"))
         if s.get("predicted_tokens_per_s"):
-            t.add_row("predicted", f"{s['predicted_tokens_per_s']:.1f} (cost model)")
-        t.add_row("tau", f"{s.get('tau', 0.0):.2f}")
-        t.add_row("accepted", f"{s.get('accepted', 0)} / {s.get('drafted', 0)} drafted")
-        rate = s.get("acceptance_rate", 0.0)
-        t.add_row("accept %", f"{100 * rate:.0f}%")
+            rows.append(("predicted", f"{s['predicted_tokens_per_s']:.1f} (cost model)"))
+        rows += [
+            ("tau", f"{s.get('tau', 0.0):.2f}"),
+            ("accepted", f"{s.get('accepted', 0)} / {s.get('drafted', 0)} drafted"),
+            ("accept %", f"{100 * s.get('acceptance_rate', 0.0):.0f}%"),
+        ]
         for i, a in enumerate(s.get("acceptance_at", [])[:12]):
-            t.add_row(f"  pos {i + 1}", f"{bar(a)} {100 * a:3.0f}%")
+            rows.append((f"  pos {i + 1}", f"{bar(a)} {100 * a:3.0f}%"))
+        if "prompt_tokens" in s:
+            rows.append(("prompt", prompt_summary(s)))
+            rows.append(("prefill", f"{s.get('t_prefill', 0.0):.2f} s"))
         tt, td, tg = s.get("t_target", 0.0), s.get("t_draft", 0.0), s.get("t_glue", 0.0)
         total = tt + td + tg
         if total > 0:
-            t.add_row(
-                "time",
-                f"target {100 * tt / total:.0f}% draft {100 * td / total:.0f}% "
-                f"glue {100 * tg / total:.0f}%",
+            rows.append(
+                (
+                    "time",
+                    f"target {100 * tt / total:.0f}% draft {100 * td / total:.0f}% "
+                    f"glue {100 * tg / total:.0f}%",
+                )
             )
         speedup = s.get("speedup")
-        t.add_row("vs plain", f"{speedup:.2f}x" if speedup else "no plain reply yet")
+        rows.append(("vs plain", f"{speedup:.2f}x" if speedup else "no plain reply yet"))
+        # labels keep their width; a value too long for the panel ends in an ellipsis
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="bold", no_wrap=True, min_width=max(len(label) for label, _ in rows))
+        t.add_column(ratio=1)
+        for label, value in rows:
+            if isinstance(value, str):
+                value = Text(value)
+            if value.overflow != "fold":
+                value.overflow, value.no_wrap = "ellipsis", True
+            t.add_row(label, value)
         return t

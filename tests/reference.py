@@ -25,7 +25,12 @@ def read_tensors(path: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
     for t in r.tensors:
         shape = tuple(int(x) for x in reversed(t.shape.tolist()))
         tensors[t.name] = np.array(t.data).reshape(shape)
-    meta = {}
+    return tensors, metadata(r)
+
+
+def metadata(r: GGUFReader) -> dict[str, object]:
+    """A GGUF's metadata values, tokenizer arrays left out."""
+    meta: dict[str, object] = {}
     for k, f in r.fields.items():
         if k.startswith("tokenizer."):
             continue
@@ -33,7 +38,7 @@ def read_tensors(path: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
             meta[k] = f.contents()
         except Exception:
             continue
-    return tensors, meta
+    return meta
 
 
 class RefDrafter:

@@ -24,6 +24,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from reference import metadata
+
 ARCHS = ("llama", "qwen2", "gemma3")
 
 
@@ -65,15 +67,7 @@ def read_gguf(path: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
         else:
             a = dequantize(np.asarray(t.data), t.tensor_type)
         tensors[t.name] = a.reshape(shape).astype(np.float64)
-    meta: dict[str, object] = {}
-    for k, f in r.fields.items():
-        if k.startswith("tokenizer."):
-            continue
-        try:
-            meta[k] = f.contents()
-        except Exception:
-            continue
-    return tensors, meta
+    return tensors, metadata(r)
 
 
 def rope(x: np.ndarray, pos: np.ndarray, base: float, n_rot: int, neox: bool) -> np.ndarray:

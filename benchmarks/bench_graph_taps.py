@@ -1,7 +1,8 @@
 """Graph-callback taps benchmark, in one run:
 
 1. What tapping costs per one-token decode on SmolLM2 (llama: both routes exist): no taps, the
-   staging API, and the graph's eval callback, interleaved rounds, medians and ratios.
+   staging API, the graph's eval callback, and the callback with taps off (plain steps once a
+   drafter is loaded), interleaved rounds, medians and ratios.
 2. Qwen2.5-Coder-1.5B Q4_K_M (qwen2: only the callback exists): the same costs, its verify-cost
    curve t(k)/t(1) with the callback's taps on (as speculation runs it), and what auto decides
    there: the acceptance a chain of k would need to break even, and the shapes auto runs with
@@ -32,6 +33,9 @@ from localspec.target import Target  # noqa: E402
 import realmodels  # noqa: E402
 import tinymodels as tm  # noqa: E402
 
+# the callback installed but taps off: llama.cpp cannot remove a context's callback, so plain
+# steps on a callback-tapped target (auto asleep, n_draft=0) still answer every node's "ask"
+GRAPH_OFF = "graph, taps off"
 TAPS_OF = {"smollm2": (2, 15, 27), "qwen2.5-coder-1.5b": (2, 14, 25)}
 
 
@@ -41,9 +45,12 @@ def decode_costs(path: str, routes: list[str | None], taps: tuple, threads: int,
     rt = RuntimeOptions(n_ctx=1024, n_batch=256, n_threads=threads)
     targets = {}
     for route in routes:
-        t = Target(path, rt, tap_route=route if route is not None else None)
-        if route is not None:
+        native = GRAPH if route == GRAPH_OFF else route
+        t = Target(path, rt, tap_route=native)
+        if native is not None:
             t.enable_taps(taps)
+        if route == GRAPH_OFF:
+            t.set_taps_active(False)  # how plain decoding runs once a drafter is loaded
         targets[route] = t
     times: dict[str | None, list[float]] = {r: [] for r in routes}
     try:
@@ -65,7 +72,7 @@ def show_costs(name: str, costs: dict) -> None:
     base = costs[None]
     print(f"\n{name}: one-token decode after 128 tokens (median)")
     print(f"  no taps          {1e3 * base:7.2f} ms")
-    for route in (STAGING, GRAPH):
+    for route in (STAGING, GRAPH, GRAPH_OFF):
         if route in costs:
             c = costs[route]
             print(
@@ -119,7 +126,9 @@ def main() -> None:
     smol = default_target()
     show_costs(
         "smollm2 (llama)",
-        decode_costs(smol, [None, STAGING, GRAPH], TAPS_OF["smollm2"], args.threads, args.rounds),
+        decode_costs(
+            smol, [None, STAGING, GRAPH, GRAPH_OFF], TAPS_OF["smollm2"], args.threads, args.rounds
+        ),
     )
     qwen = realmodels.real_target_path(realmodels.QWEN25_CODER)
     if qwen is None:
@@ -128,7 +137,7 @@ def main() -> None:
     taps = TAPS_OF["qwen2.5-coder-1.5b"]
     show_costs(
         "qwen2.5-coder-1.5b (qwen2)",
-        decode_costs(qwen, [None, GRAPH], taps, args.threads, args.rounds),
+        decode_costs(qwen, [None, GRAPH, GRAPH_OFF], taps, args.threads, args.rounds),
     )
     qwen_auto(qwen, args.threads)
 

@@ -6,7 +6,7 @@ Starts `localspec serve` (the real default SmolLM2 pair unless told otherwise) o
 2. 8 concurrent clients x 5 requests each (half streaming), greedy, with /health polled
    throughout: every request must be answered, with no 5xx, the same text as its reference,
    and /health must answer during the run; prints p50/p95 latency and tokens/s;
-3. the server's time per token against Engine.generate in this process on the same prompts,
+3. the server's time per token against Engine.chat in this process on the same prompts,
    interleaved in rotated order (non-streaming and streaming), as a ratio of medians.
 
     python benchmarks/load_server.py [TARGET.gguf] [--draft D.gguf] [-t 2] [--time-limit 900]

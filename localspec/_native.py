@@ -318,6 +318,11 @@ class NativeContext:
         embeddings_nextn: bool = False,
         graph_taps: GraphTaps | None = None,
     ) -> None:
+        # llama.cpp rounds n_ctx up to a multiple of 256 but caps its batch at the n_ctx asked
+        # for (llama-context.cpp): ask for the rounded size and cap the batch the same way here,
+        # or a batch of more rows than llama.cpp's limit aborts the process
+        n_ctx = -(-max(n_ctx, 1) // 256) * 256
+        n_batch = min(n_batch, n_ctx)
         if not 1 <= n_seq_max <= min(n_batch, 256):
             # llama.cpp aborts the process on these (a batch must fit one row per sequence)
             raise GenerationError(f"n_seq_max={n_seq_max} must be in [1, min(n_batch, 256)]")

@@ -59,6 +59,7 @@ class Drafter:
         except BaseException:
             self.model.close()
             raise
+        self.n_batch = self.ctx.n_batch  # at most n_ctx
         self.n_embd = self.model.n_embd
         self.n_vocab = target.n_vocab
         self.tap_width = len(spec.taps) * target.n_embd
@@ -142,11 +143,12 @@ class Drafter:
 
     def reusable(self, tokens: Sequence[int], limit: int) -> int:
         """The first position, up to limit, whose pair is missing for a history of these
-        tokens: pair P is valid while it carries tokens[P + 1]. limit when the cache starts
-        at or after limit (it restarts there)."""
-        if self.start >= limit:
-            return limit
-        p, stop = self.start, min(limit, self.next_pos, len(tokens) - 1)
+        tokens: pair P is valid while it carries tokens[P + 1]. 0 when the cache restarted
+        after position 0 (auto woke up mid-generation): pairs [0, start) were never written,
+        and a drafter that attends to a part of the history drafts unlike a fresh one."""
+        if self.start > 0:
+            return 0
+        p, stop = 0, min(limit, self.next_pos, len(tokens) - 1)
         while p < stop and self._pair_tokens[p - self.start] == tokens[p + 1]:
             p += 1
         return p
@@ -154,7 +156,7 @@ class Drafter:
     def keep(self, pos: int) -> None:
         """Keep the pairs before pos, written or queued; forget the rest."""
         if pos < self.start:
-            self.restart(pos)
+            self.restart(pos)  # nothing before start was written: `reusable` then says 0
             return
         if pos < self.end:
             self.ctx.seq_rm(pos)

@@ -301,9 +301,11 @@ class Engine:
         return drafts
 
     def reset(self) -> None:
-        """Forget what the caches hold: the next call processes its whole prompt."""
+        """Forget what the caches hold: the next call processes its whole prompt. A generation
+        still running is superseded (its next step raises): its history is gone."""
         with self._lock:
             self._check_open()
+            self._current = None
             self.target.clear()
             if self.drafter is not None:
                 self.drafter.restart(0)

@@ -61,7 +61,7 @@ class Target:
             self.model.close()
             raise
         self.n_ctx = self.ctx.n_ctx
-        self.n_batch = rt.n_batch
+        self.n_batch = self.ctx.n_batch  # at most n_ctx
         self.n_vocab = self.model.n_vocab
         self.n_embd = self.model.n_embd
         self.n_layer = self.model.n_layer
@@ -69,7 +69,7 @@ class Target:
         self.taps: tuple[int, ...] = ()
         self._tap_source: StagingTaps | CallbackTaps | None = None
         self._census: set[bytes] | None = None  # graph node names (graph callback route)
-        self._batch = N.Batch(rt.n_batch)
+        self._batch = N.Batch(self.n_batch)
         self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
         self._fingerprint: str | None = None
         self.tokens: list[int] = []  # the token at each position of sequence 0

@@ -23,6 +23,12 @@ F32_MARGIN = 1e-2
 QUANT_MARGIN = 1.0
 
 
+def max_ties(n_tokens: int) -> int:
+    """Near-ties are rare: an off-by-one that emits the runner-up wherever the gap is small
+    would pass the margin at every token, but not this count (2, plus 1 per 64 tokens)."""
+    return 2 + n_tokens // 64
+
+
 @dataclass
 class Replay:
     ties: list[tuple[int, float]] = field(default_factory=list)  # (index, logit gap) accepted
@@ -56,6 +62,7 @@ def replay_plain_greedy(
                 rep.ties.append((i, gap))
             if i + 1 < len(out) or finish == "eos":  # the last token is decoded only to check
                 logits = np.array(tgt.decode([int(t)], all_logits=False)[0])
+        assert len(rep.ties) <= max_ties(len(out)), f"too many near-ties: {rep.ties}"
         if finish == "eos":
             y = int(np.argmax(logits))
             best_eog = float(logits[eng.eog].max())

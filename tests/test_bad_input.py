@@ -177,6 +177,21 @@ def test_prompt_longer_than_context(models) -> None:
         eng.complete("word " * 200)
 
 
+def test_contexts_smaller_than_the_batch_run(models) -> None:
+    """llama.cpp caps its batch at the n_ctx asked for and rounds n_ctx up to 256: a context of
+    32 (below the 64 sequences a draft tree takes) and a 220-token prompt in a context of 200
+    (rounded to 256, above the capped batch) once aborted the process."""
+    with localspec.load(models["target"], draft=models["draft"], **{**EXACT, "n_ctx": 32}) as eng:
+        assert eng.n_ctx == 256
+        assert len(eng.complete("hello", max_tokens=8, n_draft=3).tokens) == 8
+    prompt = [int(t) for t in np.random.default_rng(0).integers(10, 200, 220)]
+    replies = []
+    for n_ctx in (200, 1024):
+        with localspec.load(models["target"], draft=False, **{**EXACT, "n_ctx": n_ctx}) as eng:
+            replies.append(eng.complete(prompt, max_tokens=16).tokens)
+    assert len(replies[0]) == 16 and replies[0] == replies[1]
+
+
 def test_a_bad_drafter_norm_fails_before_any_model_is_loaded(models, tmp_path, monkeypatch) -> None:
     """norm_output needs output_norm.weight in F32/F16: checked before llama.cpp loads the
     drafter, so nothing is left loaded (it leaked a model and context when checked after)."""

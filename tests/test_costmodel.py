@@ -12,6 +12,7 @@ import pytest
 
 import localspec
 from localspec import costmodel as cm
+from localspec.clocks import cost_clock
 from localspec.drafter import Drafter
 from localspec.target import Target
 
@@ -228,12 +229,34 @@ def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
     assert st.predicted_tokens_per_s / (st.generated / spent) == pytest.approx(1.0, rel=0.35)
 
 
+def burn_costs(monkeypatch, verify, stall) -> None:
+    """Target decodes cost verify(n) seconds of this thread's CPU (spun in Python), then wait
+    stall(n) seconds without the CPU (as waiting for the interpreter lock does). The engine
+    keeps its own clock: unlike `inject_costs`, what it learns depends on which clock it is."""
+    decode, verify_tree = Target.decode, Target.verify_tree
+
+    def costly(n: int, out):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < verify(n):
+            pass
+        time.sleep(stall(n))
+        return out
+
+    monkeypatch.setattr(Target, "decode", lambda self, tokens, *, all_logits: costly(
+        len(tokens), decode(self, tokens, all_logits=all_logits)))  # fmt: skip
+    monkeypatch.setattr(Target, "verify_tree", lambda self, root, tokens, d, p: costly(
+        len(tokens) + 1, verify_tree(self, root, tokens, d, p)))  # fmt: skip
+
+
 def test_a_host_thread_holding_the_interpreter_does_not_fool_auto(agree, monkeypatch) -> None:
     """The chat app's UI thread holding the interpreter lock made every native call return
     late; on a wall clock that wait looks the same for one token and for a big batch, so big
-    batches looked cheap per token and auto drafted trees where plain decoding was best. Auto
-    learns from its cost clock: with a steep verify curve it stays plain while a Python thread
-    spins and every decode is followed by a 4 ms wait."""
+    batches looked cheap per token and auto drafted trees where plain decoding was best.
+    Here a decode of n rows costs (2n - 1) x 2 ms of CPU, so plain decoding is best even for a
+    drafter that always agrees, and every decode is followed by a 20 ms wait while a Python
+    thread spins: on a wall clock a chain of 4 would look 3x faster than plain. Auto's CPU
+    clock, the calling thread's CPU time, sees only the costs and stays plain."""
+    assert cost_clock(False) is time.thread_time
     stop = threading.Event()
 
     def spin() -> None:
@@ -242,11 +265,12 @@ def test_a_host_thread_holding_the_interpreter_does_not_fool_auto(agree, monkeyp
             x += 1
 
     hog = threading.Thread(target=spin, daemon=True)
+    burn_costs(monkeypatch, lambda n: 2e-3 * (2 * n - 1), stall=lambda n: 20e-3)
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
-        inject_costs(monkeypatch, eng, lambda n: 10e-3 * n + 10e-3 * (n - 1), stall=lambda n: 4e-3)
+        assert eng.scheduler.clock is time.thread_time
         hog.start()
         try:
-            auto = eng.complete("abcdefgh", max_tokens=80)
+            auto = eng.complete("abcdefgh", max_tokens=60)
         finally:
             stop.set()
             hog.join()

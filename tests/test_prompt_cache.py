@@ -205,6 +205,28 @@ def test_reset_and_superseded_calls(pair) -> None:
     assert second.stats.cached_tokens > 0
     with pytest.raises(localspec.GenerationError, match="superseded"):
         next(first)
+    # reset() empties the history under a live generation: it must stop, not go on without it
+    third = warm.generate("hello", max_tokens=50, n_draft=2)
+    next(third)
+    warm.reset()
+    with pytest.raises(localspec.GenerationError, match="superseded"):
+        next(third)
+
+
+def test_after_auto_wakes_the_next_call_drafts_as_a_fresh_engine(pair) -> None:
+    """Auto wakes mid-generation by restarting the drafter's cache at the current position
+    (Generation._wake); the next call must not reuse that cache with its hole before the
+    restart. This drafter's attention is live, so a hole changes its drafts."""
+    warm, cold = pair
+    warm.reset()
+    p1 = warm.tokenize("the quick brown fox jumps over the lazy dog and more words here")
+    done = warm.complete(p1, max_tokens=20, n_draft=3)
+    warm.drafter.restart(warm.target.n)  # what waking does
+    prompt = p1 + done.tokens + warm.tokenize(" again", add_special=False)
+    got = warm.propose(prompt, k=6)
+    cold.reset()
+    assert got == cold.propose(prompt, k=6)
+    assert warm.drafter.start == 0
 
 
 def test_the_drafter_cache_mirrors_the_targets(pair) -> None:

@@ -180,6 +180,16 @@ def test_chat(client, engine) -> None:
     assert t["predicted_per_second"] > 0
 
 
+def test_a_message_name_is_accepted_and_changes_nothing(client) -> None:
+    named = [{**m, "name": "bob"} for m in CHAT]
+    kw = {"model": "m", "max_tokens": 6, "temperature": 0}
+    r = client.chat.completions.create(messages=named, **kw)
+    assert (
+        r.choices[0].message.content
+        == client.chat.completions.create(messages=CHAT, **kw).choices[0].message.content
+    )
+
+
 def test_chat_stream(client) -> None:
     stream = client.chat.completions.create(
         model="x",

@@ -250,6 +250,41 @@ def test_plain_text_without_generation(pair, tmp_path):
     assert res.steps == 2
 
 
+def test_taps_beyond_float16_are_kept_whole(tmp_path):
+    """Gemma's residual stream reaches ~1e5 at the first position, past float16's 65504: such
+    a shard is stored in float32, and its taps equal a plain decode's (no inf)."""
+    rng = np.random.default_rng(3)
+    embd = (rng.standard_normal((tm.N_VOCAB, 64)) * 1e5).astype(np.float32)
+    target = tm.write_target(str(tmp_path / "loud.gguf"), weights={"token_embd.weight": embd})
+    txt = tmp_path / "notes.txt"
+    txt.write_text("abc def ghi jab cde fgh ija bcd\n\nefg hij abc xyz abc def\n")
+    out = str(tmp_path / "loud")
+    train(
+        target,
+        [str(txt)],
+        out,
+        config=_tcfg(max_steps=0),
+        features=_fcfg(generate=False),
+        taps=TAPS,
+        show_progress=False,
+        log=lambda m: None,
+    )
+    seqs = load_sequences(os.path.join(out, "data"))
+    assert len(seqs) == 2
+    t = Target(target, RuntimeOptions(n_ctx=512, n_batch=512, n_threads=2))
+    try:
+        t.enable_taps(TAPS)
+        for s in seqs:
+            t.clear()
+            t.decode([int(x) for x in s.tokens[: len(s.taps)]], all_logits=True)
+            want = t.read_taps(len(s.taps))
+            assert np.abs(want).max() > 65504  # the case under test
+            assert s.taps.dtype == np.float32 and np.isfinite(s.taps).all()
+            np.testing.assert_allclose(s.taps, want, rtol=1e-6)
+    finally:
+        t.close()
+
+
 def test_bad_input_is_one_clear_error(pair, tmp_path, capsys):
     folder, target, data = pair
     with pytest.raises(LocalspecError, match="no such data file"):

@@ -35,6 +35,7 @@ class ChatMessage(_Strict):
     # "developer" is OpenAI's newer name for the system role
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart]
+    name: str | None = None  # OpenAI's participant name: accepted, not shown to the template
 
     def as_template_message(self) -> dict[str, str]:
         text = (

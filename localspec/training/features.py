@@ -1,7 +1,8 @@
 """Training data made by the GGUF target itself, through llama.cpp.
 
 For every position of a sequence we keep what the drafter sees and what it must predict:
-the three tapped hidden states (float16) and the target's top-K next-token log-probabilities.
+the three tapped hidden states and the target's top-K next-token log-probabilities. Taps are
+stored as float16 where they fit, else float32: Gemma's residual stream exceeds float16's range.
 With ``generate`` the target writes its own replies to the prompts (greedy by default: the
 distribution the drafter meets at run time), several sequences decoding in one batch, and the
 same decodes yield the features, so generation and extraction are a single pass.
@@ -229,7 +230,7 @@ class FeatureWriter:
             np.array([p for _, _, p in rows], dtype=np.int32),
             np.array([slot for _, slot, _ in rows], dtype=np.int32),
         )
-        taps = self.t.read_taps(n).astype(np.float16)
+        taps = self.t.read_taps(n).astype(np.float32, copy=False)
         ids, logp = top_labels(logits, self.cfg.top_labels)
         start = 0
         while start < n:  # rows of one sequence are contiguous
@@ -340,7 +341,7 @@ class FeatureWriter:
         if not self.pending or (rows < self.cfg.shard_tokens and not force):
             return
         m, seqs = self.manifest, self.pending
-        taps = np.concatenate([np.concatenate(s.taps) for s in seqs])
+        taps = _compact(np.concatenate([np.concatenate(s.taps) for s in seqs]))
         ids = np.concatenate([np.concatenate(s.label_ids) for s in seqs])
         logp = np.concatenate([np.concatenate(s.label_logp) for s in seqs])
         # tokens keep one more entry than rows when the last token was never decoded
@@ -374,11 +375,18 @@ class FeatureWriter:
         self.pending = []
 
 
+def _compact(taps: np.ndarray) -> np.ndarray:
+    """float16 when every value fits (half the disk and memory), else float32 unchanged."""
+    with np.errstate(over="ignore"):
+        half = taps.astype(np.float16)
+    return half if np.isfinite(half).all() else taps
+
+
 @dataclass
 class Sequence:
     """One training sequence: its features and labels (rows) and its tokens (rows or rows+1)."""
 
-    taps: np.ndarray  # [rows, 3H] float16
+    taps: np.ndarray  # [rows, 3H] float16 or float32
     label_ids: np.ndarray  # [rows, K]
     label_logp: np.ndarray  # [rows, K]
     tokens: np.ndarray  # [>= rows]

@@ -39,10 +39,12 @@ GRAPH_OFF = "graph, taps off"
 TAPS_OF = {"smollm2": (2, 15, 27), "qwen2.5-coder-1.5b": (2, 14, 25)}
 
 
-def decode_costs(path: str, routes: list[str | None], taps: tuple, threads: int, rounds: int):
+def decode_costs(
+    path: str, routes: list[str | None], taps: tuple, threads: int, rounds: int, gpu_layers: int = 0
+):
     """Median seconds of a one-token decode after a 128-token context, per route (None: no
     taps), in interleaved rounds of 32 decodes each."""
-    rt = RuntimeOptions(n_ctx=1024, n_batch=256, n_threads=threads)
+    rt = RuntimeOptions(n_ctx=1024, n_batch=256, n_threads=threads, n_gpu_layers=gpu_layers)
     targets = {}
     for route in routes:
         native = GRAPH if route == GRAPH_OFF else route
@@ -57,10 +59,10 @@ def decode_costs(path: str, routes: list[str | None], taps: tuple, threads: int,
         for _ in range(rounds):
             for route, t in targets.items():
                 t.clear()
-                t.decode(list(range(100, 228)), all_logits=False)
+                t.decode([(100 + j) % t.n_vocab for j in range(128)], all_logits=False)
                 for i in range(32):
                     t0 = time.perf_counter()
-                    t.decode([300 + i], all_logits=False)
+                    t.decode([(300 + i) % t.n_vocab], all_logits=False)
                     times[route].append(time.perf_counter() - t0)
     finally:
         for t in targets.values():

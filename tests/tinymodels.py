@@ -81,13 +81,18 @@ def write_target(
     seed: int = 0,
     weights: dict | None = None,
     chat_template: str = CHATML,
+    zeros: bool = False,
 ) -> str:
-    """A random llama target; ``weights`` overrides tensors by GGUF name."""
+    """A random llama target; ``weights`` overrides tensors by GGUF name. zeros: matrices of
+    zeros instead (a large model whose weights do not matter, made in seconds: a dense
+    kernel costs the same for any values)."""
     rng = np.random.default_rng(seed)
     s = shape
     hd = s.n_embd // s.n_head
 
     def rnd(*shape_: int, scale: float = 1.0) -> np.ndarray:
+        if zeros:
+            return np.zeros(shape_, dtype=np.float32)
         return (rng.standard_normal(shape_) * scale / np.sqrt(shape_[-1])).astype(np.float32)
 
     head = rnd(N_VOCAB, s.n_embd, scale=4.0)
@@ -264,11 +269,14 @@ def write_agreeing_pair(
     head_noise: float = 0.0,
     eos_after: int | None = None,
     name: str = "agree",
+    shape: TargetShape | None = None,
 ) -> tuple[str, str]:
     """Target and drafter that agree; with break_at=c the drafter is wrong after letter c.
-    head_noise adds random logits to the (shared) head, so sampling has real choices."""
-    d = AGREE_EMBD
-    ts = TargetShape(n_embd=d, n_layer=4, n_head=4, n_head_kv=4, n_ff=32)
+    head_noise adds random logits to the (shared) head, so sampling has real choices.
+    shape: a target of that size (n_embd >= N_VOCAB) whose layers are zeros, as costly to run
+    as a real model of its shape (benchmarks)."""
+    ts = shape or TargetShape(n_embd=AGREE_EMBD, n_layer=4, n_head=4, n_head_kv=4, n_ff=32)
+    d = ts.n_embd
     sg = sigma()
     if eos_after is not None:
         sg[eos_after] = EOS
@@ -281,11 +289,13 @@ def write_agreeing_pair(
     for i in range(ts.n_layer):
         w[f"blk.{i}.attn_output.weight"] = np.zeros((d, d), dtype=np.float32)
         w[f"blk.{i}.ffn_down.weight"] = np.zeros((d, ts.n_ff), dtype=np.float32)
-    tpath = write_target(os.path.join(folder, f"{name}.gguf"), ts, weights=w)
+    tpath = write_target(os.path.join(folder, f"{name}.gguf"), ts, weights=w, zeros=bool(shape))
 
+    heads = (4, 4) if shape is None else (shape.n_head, shape.n_head_kv)
     ds = DrafterShape(
-        n_embd=d, n_head=4, n_head_kv=4, n_ff=N_VOCAB, taps=(0, 1, 2), own_embeddings=False
-    )
+        n_embd=d, n_head=heads[0], n_head_kv=heads[1], n_ff=N_VOCAB, taps=(0, 1, 2),
+        own_embeddings=False,
+    )  # fmt: skip
     t = drafter_tensors(ds, d, seed=3)
     fc = np.zeros((d, 3 * d), dtype=np.float32)
     fc[:, :d] = np.eye(d)  # g = the first tap = one-hot(t_P)

@@ -1,0 +1,144 @@
+"""GPU benchmark on targets of a real model's shape, made on the spot (nothing to download):
+what speculation gains where verifying k tokens costs about what one does.
+
+The target has Qwen2.5-1.5B's shape (1536 wide, 28 layers, 12/2 heads, FFN 8960) as llama
+Q4_K_M with zero weights, so a decode costs what the real model's does while its output is
+known: it counts letters (tests/tinymodels.write_agreeing_pair). Two drafters bound what a
+real drafter gives: one that always agrees (acceptance 1) and a random one (never accepted).
+In one run, with every layer on the GPU:
+
+1. one-token decode cost: no taps, the staging API, the graph callback (taps on and off);
+2. the verify-cost curve t(k)/t(1) with taps on;
+3. tokens/s of plain decoding, chains, a tree and auto, interleaved in rotated rounds
+   (median per setting), with each output checked against plain decoding's.
+
+    CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python==0.3.36   # or -DGGML_METAL=on
+    python benchmarks/bench_gpu.py [--tokens 256] [--rounds 3] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from bench_graph_taps import GRAPH_OFF, decode_costs  # noqa: E402
+
+import localspec  # noqa: E402
+from localspec import _native as N  # noqa: E402
+from localspec.bench import verify_curve  # noqa: E402
+from localspec.taps import GRAPH, STAGING  # noqa: E402
+
+import tinymodels as tm  # noqa: E402
+
+SHAPES = {
+    "qwen2.5-1.5b": tm.TargetShape(
+        n_embd=1536, n_layer=28, n_head=12, n_head_kv=2, n_ff=8960, n_ctx=8192
+    ),
+    "llama-3.1-8b": tm.TargetShape(
+        n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336, n_ctx=8192
+    ),
+    "small": tm.TargetShape(n_embd=512, n_layer=4, n_head=8, n_head_kv=2, n_ff=1024),  # a dry run
+}
+Q4_K_M = 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+SETTINGS: list[tuple[str, dict]] = [
+    ("plain", {"n_draft": 0}),
+    ("chain 1", {"n_draft": 1}),
+    ("chain 2", {"n_draft": 2}),
+    ("chain 4", {"n_draft": 4}),
+    ("chain 8", {"n_draft": 8}),
+    ("tree 4,2,8", {"tree": (4, 2, 8)}),
+    ("auto", {}),
+]
+
+
+def make_models(folder: str, shape: tm.TargetShape) -> tuple[str, str, str]:
+    """(Q4_K_M target, agreeing drafter, random drafter)."""
+    t0 = time.perf_counter()
+    f32, agree = tm.write_agreeing_pair(folder, shape=shape, name="shaped")
+    target = os.path.join(folder, "shaped.q4_k_m.gguf")
+    N.quantize_model(f32, target, Q4_K_M, os.cpu_count() or 4)
+    os.unlink(f32)
+    rand = tm.random_drafter_for(target, os.path.join(folder, "random.eagle3.gguf"))
+    print(f"models made in {time.perf_counter() - t0:.0f} s: target "
+          f"{os.path.getsize(target) / 2**20:.0f} MiB, agreeing drafter "
+          f"{os.path.getsize(agree) / 2**20:.1f} MiB, random drafter "
+          f"{os.path.getsize(rand) / 2**20:.1f} MiB", flush=True)  # fmt: skip
+    return target, agree, rand
+
+
+def speeds(target: str, draft: str, tokens: int, rounds: int, gpu_layers: int) -> dict:
+    """tokens/s per setting (median of rounds, settings rotated each round) and whether each
+    output equals plain decoding's."""
+    prompt = "abcdefgh"
+    out: dict[str, dict] = {name: {"tps": [], "same": True} for name, _ in SETTINGS}
+    with localspec.load(target, draft=draft, n_gpu_layers=gpu_layers, n_ctx=4096) as eng:
+        eng.complete(prompt, max_tokens=8)  # warm-up (and auto's calibration)
+        plain = eng.complete(prompt, max_tokens=tokens, n_draft=0).tokens
+        for r in range(rounds):
+            order = SETTINGS[r % len(SETTINGS) :] + SETTINGS[: r % len(SETTINGS)]
+            for name, kw in order:
+                eng.reset()
+                c = eng.complete(prompt, max_tokens=tokens, **kw)
+                out[name]["tps"].append(c.stats.tokens_per_s)
+                out[name]["same"] &= c.tokens == plain
+                out[name]["tau"] = c.stats.tau
+                out[name]["shapes"] = c.stats.shape_summary()
+    for v in out.values():
+        v["median"] = statistics.median(v["tps"])
+    return out
+
+
+def show_speeds(title: str, res: dict) -> None:
+    base = res["plain"]["median"]
+    print(f"\n{title}")
+    print(f"  {'setting':<12} {'tok/s':>8} {'x plain':>8} {'tau':>6}  same as plain  shapes run")
+    for name, v in res.items():
+        print(f"  {name:<12} {v['median']:8.1f} {v['median'] / base:8.2f} {v.get('tau', 1.0):6.2f}"
+              f"  {'yes' if v['same'] else 'NO':<13}  {v['shapes']}")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gpu-layers", "-ngl", type=int, default=-1)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    ap.add_argument("--json", help="write the numbers here too")
+    args = ap.parse_args()
+    if args.gpu_layers != 0 and not N.gpu_offload_supported():
+        sys.exit("this llama-cpp-python has no GPU backend (build it with CMAKE_ARGS, above)")
+    report: dict = {"shape": args.shape, "gpu_layers": args.gpu_layers}
+    with tempfile.TemporaryDirectory() as d:
+        target, agree, rand = make_models(d, SHAPES[args.shape])
+        costs = decode_costs(target, [None, STAGING, GRAPH, GRAPH_OFF], (0, 1, 2), 4, 5,
+                             gpu_layers=args.gpu_layers)  # fmt: skip
+        base = costs[None]
+        print("\none-token decode after 128 tokens (median)")
+        for route, c in costs.items():
+            print(f"  {route or 'no taps':<16} {1e3 * c:7.3f} ms  x{c / base:.3f}")
+        report["decode_ms"] = {str(k): 1e3 * v for k, v in costs.items()}
+        with localspec.load(target, draft=agree, n_gpu_layers=args.gpu_layers) as eng:
+            curve = verify_curve(eng.target, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
+        t1 = curve[1]
+        print("\nverify cost t(k)/t(1), taps on: "
+              + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip
+        report["verify_ratio"] = {k: t / t1 for k, t in curve.items()}
+        for label, draft in (("agreeing drafter", agree), ("random drafter", rand)):
+            res = speeds(target, draft, args.tokens, args.rounds, args.gpu_layers)
+            show_speeds(f"{label}: {args.tokens} greedy tokens, {args.rounds} rounds", res)
+            report[label] = {k: {**v, "tps": v["tps"]} for k, v in res.items()}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,19 +75,30 @@ def make_models(folder: str, shape: tm.TargetShape) -> tuple[str, str, str]:
     return target, agree, rand
 
 
-def speeds(target: str, draft: str, tokens: int, rounds: int, gpu_layers: int) -> dict:
+NO_DRAFTER = "plain, no drafter"  # an engine loaded with draft=False: the true baseline
+
+
+def speeds(
+    target: str, draft: str, tokens: int, rounds: int, gpu_layers: int, settings: list
+) -> dict:
     """tokens/s per setting (median of rounds, settings rotated each round) and whether each
-    output equals plain decoding's."""
+    output equals plain decoding's. NO_DRAFTER runs on a second engine without a drafter."""
     prompt = "abcdefgh"
-    out: dict[str, dict] = {name: {"tps": [], "same": True} for name, _ in SETTINGS}
-    with localspec.load(target, draft=draft, n_gpu_layers=gpu_layers, n_ctx=4096) as eng:
-        eng.complete(prompt, max_tokens=8)  # warm-up (and auto's calibration)
+    out: dict[str, dict] = {name: {"tps": [], "same": True} for name, _ in settings}
+    opts = {"n_gpu_layers": gpu_layers, "n_ctx": 4096}
+    with (
+        localspec.load(target, draft=draft, **opts) as eng,
+        localspec.load(target, draft=False, **opts) as bare,
+    ):
+        for e in (eng, bare):
+            e.complete(prompt, max_tokens=8)  # warm-up (and auto's calibration)
         plain = eng.complete(prompt, max_tokens=tokens, n_draft=0).tokens
         for r in range(rounds):
-            order = SETTINGS[r % len(SETTINGS) :] + SETTINGS[: r % len(SETTINGS)]
+            order = settings[r % len(settings) :] + settings[: r % len(settings)]
             for name, kw in order:
-                eng.reset()
-                c = eng.complete(prompt, max_tokens=tokens, **kw)
+                e = bare if name == NO_DRAFTER else eng
+                e.reset()
+                c = e.complete(prompt, max_tokens=tokens, **kw)
                 out[name]["tps"].append(c.stats.tokens_per_s)
                 out[name]["same"] &= c.tokens == plain
                 out[name]["tau"] = c.stats.tau
@@ -96,12 +108,38 @@ def speeds(target: str, draft: str, tokens: int, rounds: int, gpu_layers: int) -
     return out
 
 
+def gpu_memory_mib() -> int | None:
+    """Device memory in use (nvidia-smi), or None where there is none."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return int(out.stdout.split()[0])
+
+
+def drafter_memory(target: str, draft: str, gpu_layers: int) -> tuple[int, int] | None:
+    """(MiB the target engine alone holds, MiB more with the drafter: its weights, its KV
+    cache, the target's extra sequences and buffers), or None without nvidia-smi."""
+    base = gpu_memory_mib()
+    if base is None:
+        return None
+    used = []
+    for d in (False, draft):
+        with localspec.load(target, draft=d, n_gpu_layers=gpu_layers, n_ctx=4096) as eng:
+            eng.complete("abc", max_tokens=4)
+            used.append(gpu_memory_mib() or 0)
+    return used[0] - base, used[1] - used[0]
+
+
 def show_speeds(title: str, res: dict) -> None:
     base = res["plain"]["median"]
     print(f"\n{title}")
-    print(f"  {'setting':<12} {'tok/s':>8} {'x plain':>8} {'tau':>6}  same as plain  shapes run")
+    print(f"  {'setting':<18} {'tok/s':>8} {'x plain':>8} {'tau':>6}  same as plain  shapes run")
     for name, v in res.items():
-        print(f"  {name:<12} {v['median']:8.1f} {v['median'] / base:8.2f} {v.get('tau', 1.0):6.2f}"
+        print(f"  {name:<18} {v['median']:8.1f} {v['median'] / base:8.2f} {v.get('tau', 1.0):6.2f}"
               f"  {'yes' if v['same'] else 'NO':<13}  {v['shapes']}")  # fmt: skip
 
 
@@ -111,6 +149,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gpu-layers", "-ngl", type=int, default=-1)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    ap.add_argument("--drafters", default="agreeing,random", help="which drafters to run")
+    ap.add_argument(
+        "--only-plain-auto", action="store_true", help="plain, auto and no drafter only"
+    )
     ap.add_argument("--json", help="write the numbers here too")
     args = ap.parse_args()
     if args.gpu_layers != 0 and not N.gpu_offload_supported():
@@ -131,10 +173,21 @@ def main() -> None:
         print("\nverify cost t(k)/t(1), taps on: "
               + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip
         report["verify_ratio"] = {k: t / t1 for k, t in curve.items()}
-        for label, draft in (("agreeing drafter", agree), ("random drafter", rand)):
-            res = speeds(target, draft, args.tokens, args.rounds, args.gpu_layers)
+        mem = drafter_memory(target, rand, args.gpu_layers)
+        if mem is not None:
+            print(f"\ndevice memory: target engine {mem[0]} MiB, the random drafter adds "
+                  f"{mem[1]} MiB ({mem[1] / max(mem[0], 1):.1%})")  # fmt: skip
+            report["memory_mib"] = {"target": mem[0], "drafter_adds": mem[1]}
+        settings = SETTINGS + [(NO_DRAFTER, {})]
+        if args.only_plain_auto:
+            settings = [(n, kw) for n, kw in settings if n in ("plain", "auto", NO_DRAFTER)]
+        drafters = {"agreeing": agree, "random": rand}
+        for name in args.drafters.split(","):
+            label = f"{name} drafter"
+            res = speeds(target, drafters[name], args.tokens, args.rounds, args.gpu_layers,
+                         settings)  # fmt: skip
             show_speeds(f"{label}: {args.tokens} greedy tokens, {args.rounds} rounds", res)
-            report[label] = {k: {**v, "tps": v["tps"]} for k, v in res.items()}
+            report[label] = res
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=1)

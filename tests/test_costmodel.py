@@ -172,13 +172,22 @@ class CostClock:
         return self.t
 
 
+def price_target_decodes(monkeypatch, costly) -> None:
+    """Every target decode of n rows (a step's decode, a tree verify) goes through
+    costly(n, its result)."""
+    decode, verify_tree = Target.decode, Target.verify_tree
+    monkeypatch.setattr(Target, "decode", lambda self, tokens, *, all_logits: costly(
+        len(tokens), decode(self, tokens, all_logits=all_logits)))  # fmt: skip
+    monkeypatch.setattr(Target, "verify_tree", lambda self, root, tokens, d, p: costly(
+        len(tokens) + 1, verify_tree(self, root, tokens, d, p)))  # fmt: skip
+
+
 def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) -> CostClock:
     """verify(n): the cost of a target decode of n rows; drafter: of each drafter call.
     stall(n): wall seconds to sleep after a target decode (what waiting for the interpreter
     lock adds to a wall clock), counted nowhere else."""
     clock = CostClock()
     eng.scheduler.clock = eng.drafter.clock = clock
-    decode, verify_tree = Target.decode, Target.verify_tree
 
     def costly(n: int, out):
         clock.t += verify(n)
@@ -186,10 +195,7 @@ def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) 
             time.sleep(stall(n))
         return out
 
-    monkeypatch.setattr(Target, "decode", lambda self, tokens, *, all_logits: costly(
-        len(tokens), decode(self, tokens, all_logits=all_logits)))  # fmt: skip
-    monkeypatch.setattr(Target, "verify_tree", lambda self, root, tokens, d, p: costly(
-        len(tokens) + 1, verify_tree(self, root, tokens, d, p)))  # fmt: skip
+    price_target_decodes(monkeypatch, costly)
     for name in ("decode", "decode_frontier", "encode"):
         real = getattr(Drafter, name)
 
@@ -233,7 +239,6 @@ def burn_costs(monkeypatch, verify, stall) -> None:
     """Target decodes cost verify(n) seconds of this thread's CPU (spun in Python), then wait
     stall(n) seconds without the CPU (as waiting for the interpreter lock does). The engine
     keeps its own clock: unlike `inject_costs`, what it learns depends on which clock it is."""
-    decode, verify_tree = Target.decode, Target.verify_tree
 
     def costly(n: int, out):
         t0 = time.thread_time()
@@ -242,10 +247,7 @@ def burn_costs(monkeypatch, verify, stall) -> None:
         time.sleep(stall(n))
         return out
 
-    monkeypatch.setattr(Target, "decode", lambda self, tokens, *, all_logits: costly(
-        len(tokens), decode(self, tokens, all_logits=all_logits)))  # fmt: skip
-    monkeypatch.setattr(Target, "verify_tree", lambda self, root, tokens, d, p: costly(
-        len(tokens) + 1, verify_tree(self, root, tokens, d, p)))  # fmt: skip
+    price_target_decodes(monkeypatch, costly)
 
 
 def test_a_host_thread_holding_the_interpreter_does_not_fool_auto(agree, monkeypatch) -> None:

@@ -247,6 +247,7 @@ def test_plain_text_without_generation(pair, tmp_path):
     seqs = load_sequences(os.path.join(out, "data"))
     assert len(seqs) == 3 and all(s.loss_start == 0 for s in seqs)
     assert all(len(s.tokens) == len(s.taps) for s in seqs)
+    assert all(s.taps.dtype == np.float16 for s in seqs)  # taps that fit take half the disk
     assert res.steps == 2
 
 

@@ -329,6 +329,7 @@ class FeatureWriter:
             self._skip(s.item, TOO_SHORT, progress)
             return
         m = self.manifest
+        s.taps = [_compact(np.concatenate(s.taps))]  # a shard is float32 if any part must be
         self.pending.append(s)
         m.used += 1
         m.trimmed += s.trimmed
@@ -341,7 +342,7 @@ class FeatureWriter:
         if not self.pending or (rows < self.cfg.shard_tokens and not force):
             return
         m, seqs = self.manifest, self.pending
-        taps = _compact(np.concatenate([np.concatenate(s.taps) for s in seqs]))
+        taps = np.concatenate([np.concatenate(s.taps) for s in seqs])
         ids = np.concatenate([np.concatenate(s.label_ids) for s in seqs])
         logp = np.concatenate([np.concatenate(s.label_logp) for s in seqs])
         # tokens keep one more entry than rows when the last token was never decoded

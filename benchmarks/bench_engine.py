@@ -6,8 +6,11 @@ Prints, all measured in this one run (medians over interleaved rounds):
 - the Python glue time per speculative step;
 - what the drafter adds in memory on top of the target.
 
-Without a trained drafter (issue 5 ships one) this uses a randomly initialised drafter, which
-measures the machinery's costs: its acceptance is near zero, so speculation cannot win here.
+By default the target is the SmolLM2 GGUF from the package index and the drafter the one
+localspec ships for it (found next to the target or in localspec/models/); --draft takes any
+other. On a 2-core CPU verifying k tokens costs nearly k decodes (docs/benchmarks.md), so fixed
+chains run slower than plain there whatever the drafter; tau and the glue per step are the
+numbers to compare.
 
     python benchmarks/bench_engine.py [--target T.gguf --draft D.gguf] [--rounds 3]
 """
@@ -15,29 +18,19 @@ measures the machinery's costs: its acceptance is near zero, so speculation cann
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-
-import localspec  # noqa: E402
-from localspec import _native as N  # noqa: E402
-from localspec.bench import verify_curve  # noqa: E402
-from localspec.discovery import default_target  # noqa: E402
+import localspec
+from localspec import _native as N
+from localspec.discovery import default_target
+from localspec.lowlevel import parts, verify_curve
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     "Explain how a refrigerator works to a ten year old.",
     "List five tips for learning a new programming language, with one sentence each.",
 ]
-
-
-def random_drafter(target: str, folder: str) -> str:
-    import tinymodels as tm
-
-    return tm.random_drafter_for(target, os.path.join(folder, "random.eagle3.gguf"))
 
 
 def kv_bytes(h: N.GGUFHeader, n_ctx: int, n_layer: int) -> int:
@@ -58,17 +51,16 @@ def main() -> int:
     args = ap.parse_args()
     ks = [int(x) for x in args.ks.split(",")]
     target = args.target or default_target()
-    tmp = tempfile.TemporaryDirectory()
-    draft = args.draft or random_drafter(target, tmp.name)
-
     with localspec.load(
-        target, draft=draft, n_threads=args.threads, n_ctx=4096, n_gpu_layers=args.gpu_layers
+        target, draft=args.draft, n_threads=args.threads, n_ctx=4096, n_gpu_layers=args.gpu_layers
     ) as eng:
         print(f"target: {target}")
         print(f"drafter: {eng.drafter_note}")
-        threads = args.threads or os.cpu_count()
+        if eng.draft_path is None:
+            print("no drafter: pass --draft D.gguf", file=sys.stderr)
+            return 2
         print(
-            f"llama-cpp-python {N.INSTALLED_LLAMA_CPP_PYTHON}, threads {threads}, "
+            f"llama-cpp-python {N.INSTALLED_LLAMA_CPP_PYTHON}, threads {eng.n_threads}, "
             f"GPU layers {args.gpu_layers}, {args.max_tokens} tokens per prompt, "
             f"{len(PROMPTS)} prompts x {args.rounds} rounds, greedy"
         )
@@ -110,20 +102,21 @@ def main() -> int:
             )
 
         curve_ks = [1, 2, 3, 4, 5, 6, 8, 12, 16]
-        curve = verify_curve(eng.target, curve_ks, reps=15, taps=eng.drafter is not None)
+        curve = verify_curve(eng, curve_ks, reps=15, taps=True)
         print("\nverify cost, one target decode of k tokens (median ms; ratio to k=1):")
         print("| k | " + " | ".join(str(k) for k in curve_ks) + " |")
         print("|---|" + "---|" * len(curve_ks))
         print("| ms | " + " | ".join(f"{1e3 * curve[k]:.2f}" for k in curve_ks) + " |")
         print("| t(k)/t(1) | " + " | ".join(f"{curve[k] / curve[1]:.2f}" for k in curve_ks) + " |")
 
-        tgt_bytes = eng.target.model.size_bytes
-        d = eng.drafter
+        p = parts(eng)
+        tgt_bytes = p.target.model.size_bytes
+        d = p.drafter
         if d is not None:
             d_bytes = d.model.size_bytes
-            n_ctx = eng.target.n_ctx
+            n_ctx = p.target.n_ctx
             kv = kv_bytes(d.spec.header, n_ctx, n_layer=1)
-            tgt_kv = kv_bytes(eng.target.header, n_ctx, n_layer=eng.target.n_layer)
+            tgt_kv = kv_bytes(p.target.header, n_ctx, n_layer=p.target.n_layer)
             logits_buf = d.n_batch * d.n_vocab * 4
             print(
                 f"\nmemory at n_ctx {n_ctx} (f16 KV): target weights {tgt_bytes / 2**20:.1f} MiB "
@@ -131,7 +124,6 @@ def main() -> int:
                 f"MiB, KV {kv / 2**20:.1f} MiB, logits buffer {logits_buf / 2**20:.1f} MiB "
                 f"({(d_bytes + kv + logits_buf) / (tgt_bytes + tgt_kv):.0%} of the target's)"
             )
-    tmp.cleanup()
     return 0
 
 

@@ -34,7 +34,7 @@ from bench_graph_taps import GRAPH_OFF, decode_costs  # noqa: E402
 
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
-from localspec.bench import verify_curve  # noqa: E402
+from localspec.lowlevel import verify_curve  # noqa: E402
 from localspec.taps import GRAPH, STAGING  # noqa: E402
 
 import tinymodels as tm  # noqa: E402
@@ -168,7 +168,7 @@ def main() -> None:
             print(f"  {route or 'no taps':<16} {1e3 * c:7.3f} ms  x{c / base:.3f}")
         report["decode_ms"] = {str(k): 1e3 * v for k, v in costs.items()}
         with localspec.load(target, draft=agree, n_gpu_layers=args.gpu_layers) as eng:
-            curve = verify_curve(eng.target, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
+            curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
         t1 = curve[1]
         print("\nverify cost t(k)/t(1), taps on: "
               + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip

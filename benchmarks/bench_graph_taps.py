@@ -24,8 +24,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
-from localspec.bench import verify_curve  # noqa: E402
 from localspec.discovery import default_target  # noqa: E402
+from localspec.lowlevel import verify_curve  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.taps import GRAPH, STAGING  # noqa: E402
 from localspec.target import Target  # noqa: E402
@@ -89,8 +89,7 @@ def qwen_auto(path: str, threads: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         draft = tm.random_drafter_for(path, os.path.join(d, "random.eagle3.gguf"))
         with localspec.load(path, draft=draft, n_threads=threads, n_ctx=2048) as eng:
-            tgt = eng.target
-            curve = verify_curve(tgt, [1, 2, 3, 4, 5, 6, 8, 12, 16], reps=5, taps=True)
+            curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16], reps=5, taps=True)
             t1 = curve[1]
             print("\nqwen2.5-coder-1.5b verify cost t(k)/t(1), graph-callback taps on:")
             print("  " + "  ".join(f"k={k}: {t / t1:.2f}" for k, t in curve.items()))

@@ -45,7 +45,7 @@ TURNS = [
 def first_token_time(eng: localspec.Engine, msgs: list[dict[str, str]], n: int) -> tuple:
     """Seconds from the call to the first event, the reply (text, tokens), and the stats."""
     t0 = time.perf_counter()
-    events = eng.chat(msgs, max_tokens=n)
+    events = eng.chat_stream(msgs, max_tokens=n)
     first = next(events)
     ttft = time.perf_counter() - t0
     rest = list(events)
@@ -103,7 +103,7 @@ t0 = time.perf_counter()
 eng = localspec.load(sys.argv[1] or None, n_threads=int(sys.argv[2]))
 t_load = time.perf_counter() - t0
 t0 = time.perf_counter()
-events = eng.chat([{"role": "user", "content": "Say hello."}], max_tokens=16)
+events = eng.chat_stream([{"role": "user", "content": "Say hello."}], max_tokens=16)
 next(events)
 ttft = time.perf_counter() - t0
 events.close()

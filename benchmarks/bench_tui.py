@@ -143,7 +143,7 @@ class ReplayEngine:
 async def ui_cost(n: int, args: argparse.Namespace, store_dir: str) -> None:
     eng = localspec.load(n_draft=0, n_threads=args.threads)
     steps = []
-    for ev in eng.chat([{"role": "user", "content": args.prompt}], max_tokens=n):
+    for ev in eng.chat_stream([{"role": "user", "content": args.prompt}], max_tokens=n):
         steps.append((ev.text, ev.tokens))
     print(f"ui-cost: a real {len(steps)}-step reply ({eng.last_stats.tokens_per_s:.1f} tok/s), "
           f"replayed through the app at {args.replay_rate:.0f} tok/s", flush=True)  # fmt: skip

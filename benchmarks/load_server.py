@@ -291,7 +291,7 @@ def overhead(args: argparse.Namespace, url: str, prompts: list[str], deadline: D
 
         def engine_run(p: str) -> Result:
             t0 = time.perf_counter()
-            for _ in eng.chat([{"role": "user", "content": p}], **gen):
+            for _ in eng.chat_stream([{"role": "user", "content": p}], **gen):
                 pass
             return Result(
                 -1, False, -1, 200, "", eng.last_stats.generated, time.perf_counter() - t0

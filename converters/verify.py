@@ -106,6 +106,7 @@ def verify(
 ) -> VerifyReport:
     """Compare the converted GGUF (llama.cpp) with the checkpoint (PyTorch reference)."""
     from localspec.engine import Engine, load
+    from localspec.lowlevel import hold
 
     from .formats import canonical_name
 
@@ -126,38 +127,41 @@ def verify(
         if "d2t" in t:
             off = t["d2t"].numpy().astype(np.int64)
             d2t = np.arange(off.shape[0]) + off
-        tgt, dft = eng.target, eng.drafter
-        assert dft is not None
-        tgt.set_taps_active(True)
-        for prompt in prompts:
-            toks = eng.tokenize(prompt)[: tgt.n_batch]
-            if len(toks) < 3:
-                continue
-            ref = TorchEagle3(dc, t, embed=embed, head=head_m, d2t=d2t, target_vocab=tgt.n_vocab)
-            tgt.clear()
-            dft.restart(0)
-            tgt.decode(toks, all_logits=False)
-            taps = tgt.read_taps(len(toks))
-            g = dft.encode(taps)
-            g_ref = ref.encode(taps)
-            # teacher-forced: pairs (token[P+1], g[P]) for every prompt position
-            lg, hs = dft.decode_all(toks[1:], g[:-1], 0)
-            z, fed = ref.decode(toks[1:], g_ref[:-1], 0)
-            a, e = _row_errors(lg, z)
-            tops.append(a)
-            errs.append(e)
-            # chained draft steps from the last position, on llama.cpp's choices
-            h = dft.feedback(hs[-1])
-            f_ref = fed[-1]
-            pos = len(toks) - 1
-            for step in range(chain):
-                tok = int(np.argmax(lg[-1]))
-                lg, hs = dft.decode_all([tok], h[None, :], pos + step)
-                z, fed = ref.decode([tok], f_ref[None, :], pos + step)
+        with hold(eng) as parts:  # drives the target and drafter directly
+            tgt, dft = parts.target, parts.drafter
+            assert dft is not None
+            tgt.set_taps_active(True)
+            for prompt in prompts:
+                toks = eng.tokenize(prompt)[: tgt.n_batch]
+                if len(toks) < 3:
+                    continue
+                ref = TorchEagle3(
+                    dc, t, embed=embed, head=head_m, d2t=d2t, target_vocab=tgt.n_vocab
+                )
+                tgt.clear()
+                dft.restart(0)
+                tgt.decode(toks, all_logits=False)
+                taps = tgt.read_taps(len(toks))
+                g = dft.encode(taps)
+                g_ref = ref.encode(taps)
+                # teacher-forced: pairs (token[P+1], g[P]) for every prompt position
+                lg, hs = dft.decode_all(toks[1:], g[:-1], 0)
+                z, fed = ref.decode(toks[1:], g_ref[:-1], 0)
                 a, e = _row_errors(lg, z)
                 tops.append(a)
                 errs.append(e)
-                h, f_ref = dft.feedback(hs[-1]), fed[-1]
+                # chained draft steps from the last position, on llama.cpp's choices
+                h = dft.feedback(hs[-1])
+                f_ref = fed[-1]
+                pos = len(toks) - 1
+                for step in range(chain):
+                    tok = int(np.argmax(lg[-1]))
+                    lg, hs = dft.decode_all([tok], h[None, :], pos + step)
+                    z, fed = ref.decode([tok], f_ref[None, :], pos + step)
+                    a, e = _row_errors(lg, z)
+                    tops.append(a)
+                    errs.append(e)
+                    h, f_ref = dft.feedback(hs[-1]), fed[-1]
     finally:
         eng.close()
     top = np.concatenate(tops)

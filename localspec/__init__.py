@@ -2,7 +2,7 @@
 
 import localspec
 with localspec.load("target.gguf", draft="target.eagle3.gguf") as eng:  # n_draft="auto"
-    for ev in eng.generate("Once upon a time", max_tokens=64):
+    for ev in eng.complete_stream("Once upon a time", max_tokens=64):
         print(ev.text, end="")
     print(eng.stats.summary())
 """

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import GenerationError, ModelFileError, NativeLibraryError
+from .hardware import cpu_extra_buffers
 from .options import KV_TYPES
 
 REQUIRED_LLAMA_CPP_PYTHON = "0.3.36"
@@ -32,6 +33,10 @@ except Exception as exc:  # ImportError, or OSError when libllama cannot be load
         f"localspec needs llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON} "
         f"(pip install 'llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON}'): {exc}"
     ) from None
+
+from llama_cpp.llama_chat_format import (  # noqa: E402  (after the check above)
+    CHATML_CHAT_TEMPLATE as CHATML_CHAT_TEMPLATE,
+)
 
 
 def _installed_version() -> str:
@@ -191,6 +196,7 @@ class NativeModel:
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_mmap = use_mmap
+        params.use_extra_bufts = cpu_extra_buffers()
         clear_log()
         ptr = C.llama_model_load_from_file(os.fsencode(path), params)
         if not ptr:
@@ -218,6 +224,18 @@ class NativeModel:
         """The model's default chat template (tokenizer.chat_template), or None."""
         raw = C.llama_model_chat_template(self.ptr, None)
         return raw.decode("utf-8", errors="replace") if raw else None
+
+    def chat_formatter(self, template: str, *, add_generation_prompt: bool) -> Any:
+        """llama-cpp-python's Jinja formatter for a chat template, with this model's BOS and
+        EOS texts (jinja2 errors propagate: the caller words them)."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=self.token_text(self.eos),
+            bos_token=self.token_text(self.bos),
+            add_generation_prompt=add_generation_prompt,
+        )
 
     @property
     def n_embd(self) -> int:
@@ -349,7 +367,12 @@ class NativeContext:
         clear_log()
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
-            detail = last_errors() or "llama.cpp returned no context"
+            # llama_init_from_model logs its reason last, often without the word "error"
+            # (a quantized V cache without flash attention, a K/V block size the head
+            # dimension does not divide)
+            with _log_lock:
+                tail = "".join(_recent_log).strip().splitlines()[-1:]
+            detail = last_errors() or "".join(tail).strip() or "llama.cpp returned no context"
             raise GenerationError(f"cannot create a llama.cpp context (n_ctx={n_ctx}): {detail}")
         self.ptr: Any = ptr
         self.model = model
@@ -599,6 +622,9 @@ def quantize_model(src: str, dst: str, ftype: int, n_threads: int) -> None:
     params = C.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = n_threads
+    from .header_checks import check_header  # it imports this module
+
+    check_header(GGUFHeader(src))  # the quantizer reads hparams as the loader does
     clear_log()
     if C.llama_model_quantize(os.fsencode(src), os.fsencode(dst), params) != 0:
         raise GenerationError(f"llama.cpp's quantizer failed: {last_errors() or 'no detail'}")
@@ -648,6 +674,7 @@ _g_t_ne = _bind_c("gguf_get_tensor_ne", [_vp, ctypes.c_int64], ctypes.POINTER(ct
 _g_t_offset = _bind_c("gguf_get_tensor_offset", [_vp, ctypes.c_int64], ctypes.c_size_t)
 _g_t_size = _bind_c("gguf_get_tensor_size", [_vp, ctypes.c_int64], ctypes.c_size_t)
 _g_data_offset = _bind_c("gguf_get_data_offset", [_vp], ctypes.c_size_t)
+_g_find_key = _bind_c("gguf_find_key", [_vp, ctypes.c_char_p], ctypes.c_int64)
 
 # gguf_type -> numpy dtype for scalar and numeric array values
 _GGUF_NUMPY = {
@@ -707,7 +734,7 @@ class GGUFHeader:
             data_offset = _g_data_offset(ctx)
             end = data_offset
             for i in range(_g_n_tensors(ctx)):
-                name = _g_t_name(ctx, i).decode()
+                name = _g_t_name(ctx, i).decode("utf-8", errors="replace")
                 ne = _g_t_ne(ctx, i)
                 shape = tuple(int(ne[d]) for d in range(4))
                 while len(shape) > 1 and shape[-1] == 1:
@@ -753,3 +780,20 @@ class GGUFHeader:
 
     def arch_key(self, suffix: str) -> Any:
         return self.kv.get(f"{self.architecture}.{suffix}")
+
+
+def gguf_string_array(path: str, key: str) -> list[bytes] | None:
+    """Every item of a string array (a whole vocabulary) as the C strings llama.cpp reads, cut
+    at the first NUL as its std::string(const char *) does; None when the key is absent or
+    not an array of strings."""
+    ctx = _g_init(os.fsencode(path), _GGUFInitParams(True, None))
+    if not ctx:
+        raise ModelFileError(f"cannot read GGUF header of {path}: {last_errors()}")
+    try:
+        i = _g_find_key(ctx, key.encode())
+        if i < 0 or _g_kv_type(ctx, i) != _GGUF_ARRAY or _g_arr_type(ctx, i) != _GGUF_STRING:
+            return None
+        get = _g_arr_str
+        return [get(ctx, i, j) or b"" for j in range(_g_arr_n(ctx, i))]
+    finally:
+        _g_free(ctx)

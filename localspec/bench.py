@@ -15,12 +15,9 @@ import multiprocessing
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from . import _native as N
 from .datasets import (
@@ -33,6 +30,7 @@ from .datasets import (
     sharegpt_path,
 )
 from .errors import InvalidParameterError, LocalspecError
+from .lowlevel import verify_curve as verify_curve  # bench prints it; lowlevel owns it
 from .stats import Stats
 
 NAMED_SETS = ("mtbench", "humaneval", "long", "short")
@@ -81,14 +79,16 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
     elif spec in ("long", "short"):
         long, short = _long_short(limit or 16)
         out = list(long if spec == "long" else short)
-    elif os.path.isfile(spec):
+    elif os.path.exists(spec) or os.path.dirname(spec) or os.path.splitext(spec)[1]:
+        # a path (a folder or an extension such as .jsonl): jsonl_prompts says what is wrong
         out = [
             BenchPrompt(f"{os.path.basename(spec)}-{i}", t)
             for i, t in enumerate(jsonl_prompts(spec))
         ]
     else:
         raise LocalspecError(
-            f"unknown prompt set {spec!r}: use {', '.join(NAMED_SETS)} or a JSONL file"
+            f"unknown prompt set {spec!r}: the sets are {', '.join(NAMED_SETS)}, "
+            "or give a JSONL file of prompts"
         )
     return out[:limit] if limit else out
 
@@ -209,7 +209,7 @@ def run_set(
                 msgs.append({"role": "user", "content": turn})
                 text: list[str] = []
                 tt: list[int] = []
-                for ev in engine.chat(
+                for ev in engine.chat_stream(
                     msgs, max_tokens=max_tokens, temperature=temperature, seed=seed, **s.gen
                 ):
                     text.append(ev.text)
@@ -227,29 +227,6 @@ def run_set(
             for s in settings[1:]:
                 s.mismatches += int(outputs[s.label] != outputs[settings[0].label])
     return SetResult(name, len(prompts), settings)
-
-
-def verify_curve(
-    target: Any, sizes: Sequence[int], reps: int = 5, *, taps: bool
-) -> dict[int, float]:
-    """Median seconds of one target decode of n tokens with logits for all (what verifying a
-    draft of n-1 tokens costs), after a 64-token context; taps on as speculation runs them."""
-    target.set_taps_active(taps)
-    hi = min(1000, target.n_vocab)
-    base = [int(t) for t in np.random.default_rng(0).integers(0, hi, size=64)]
-    out = {}
-    for n in sizes:
-        times = []
-        for r in range(reps):
-            target.keep(0)
-            target.decode(base, all_logits=False)
-            toks = [int(t) for t in np.random.default_rng(r).integers(0, hi, size=n)]
-            t0 = time.perf_counter()
-            target.decode(toks, all_logits=True)
-            times.append(time.perf_counter() - t0)
-        out[n] = statistics.median(times)
-    target.clear()
-    return out
 
 
 # --- reporting ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from . import _native as N
 from .errors import InvalidParameterError, LocalspecError
@@ -30,30 +31,22 @@ class ChatFormatter:
     formatter). A model without one gets ChatML, as llama.cpp's server does; ``note`` says so."""
 
     def __init__(self, model: N.NativeModel, path: str = "the model") -> None:
-        from llama_cpp.llama_chat_format import CHATML_CHAT_TEMPLATE, Jinja2ChatFormatter
-
         template = model.chat_template()
         self.note = ""
         if not template:
-            template = CHATML_CHAT_TEMPLATE
+            template = N.CHATML_CHAT_TEMPLATE
             self.note = f"{path} has no chat template: using ChatML"
-        bos, eos = model.token_text(model.bos), model.token_text(model.eos)
         # one compiled template per value of add_generation_prompt (the formatter's flag)
-        self._fmts: dict[bool, Jinja2ChatFormatter] = {}
+        self._fmts: dict[bool, Any] = {}
         self._error = ""
         try:
             for open_turn in (True, False):
-                self._fmts[open_turn] = Jinja2ChatFormatter(
-                    template=template, eos_token=eos, bos_token=bos,
-                    add_generation_prompt=open_turn,
-                )  # fmt: skip
+                self._fmts[open_turn] = model.chat_formatter(
+                    template, add_generation_prompt=open_turn
+                )
         except Exception as exc:  # jinja2 cannot parse it: raw prompts still work
             self._error = f"the chat template of {path} does not compile: {exc}"
         self._extra_stops = ["<|im_end|>"] if self.note else []
-
-    @property
-    def fallback(self) -> bool:
-        return bool(self.note)
 
     def render(
         self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
@@ -64,7 +57,7 @@ class ChatFormatter:
         if self._error:
             raise LocalspecError(self._error)
         try:
-            res = self._fmts[add_generation_prompt](messages=msgs)  # type: ignore[arg-type]
+            res = self._fmts[add_generation_prompt](messages=msgs)
         except Exception as exc:  # jinja2 errors and the template's raise_exception
             raise LocalspecError(f"the model's chat template failed: {exc}") from None
         stops = [res.stop] if isinstance(res.stop, str) else list(res.stop or [])

@@ -28,7 +28,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--n-draft",
         "-k",
         type=_n_draft,
-        default="auto",
+        default=None,
         help="'auto' (default: the cost model picks plain, a chain or a tree each step) or a "
         "fixed chain length (0: plain)",
     )
@@ -85,9 +85,28 @@ def _n_draft(text: str) -> int | str:
 
 
 def _tree_arg(args: argparse.Namespace) -> Any:
+    """The fixed tree asked for (None: none), and -k/--n-draft resolved ("auto" when not
+    given): both flags at once ask for two shapes, which is refused rather than guessed."""
     from .tree import TreeShape
 
+    if args.tree and args.n_draft is not None:
+        raise LocalspecError(
+            f"--tree {args.tree} and -k/--n-draft {args.n_draft} both ask for a draft shape: "
+            "give one of them"
+        )
+    if args.n_draft is None:
+        args.n_draft = "auto"
     return TreeShape.parse(args.tree) if args.tree else None
+
+
+def _warn_without_drafter(eng: Any, args: argparse.Namespace) -> None:
+    """A fixed chain or tree on an engine without a drafter runs plain decoding: say so."""
+    if eng.draft_path is None and (args.tree or args.n_draft not in ("auto", 0)):
+        asked = f"--tree {args.tree}" if args.tree else f"-k {args.n_draft}"
+        print(
+            f"localspec: warning: {asked} runs plain decoding: {eng.drafter_note}",
+            file=sys.stderr,
+        )
 
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -446,7 +465,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise LocalspecError("--busy must be >= 0")
     eng = load(args.target, draft=args.draft, **_engine_options(args))
     with eng, bench.busy_load(args.busy):
-        if eng.drafter is None:
+        if eng.draft_path is None:
             raise LocalspecError(
                 f"bench compares speculation with plain decoding: {eng.drafter_note}"
             )
@@ -476,7 +495,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             results.append(res)
             print(bench.format_table(res, args.max_tokens, args.temperature) + "\n")
         sizes = {1, 2, *[k + 1 for k in ks], *[t.budget + 1 for t in trees]}
-        curve = bench.verify_curve(eng.target, sorted(sizes), taps=True)
+        curve = bench.verify_curve(eng, sorted(sizes), taps=True)
         print(bench.format_curve(curve))
         data = bench.report(
             results,
@@ -490,7 +509,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "max_tokens": args.max_tokens,
                 "temperature": args.temperature,
                 "limit": args.limit,
-                "threads": eng.rt.threads,
+                "threads": eng.n_threads,
                 "n_gpu_layers": args.gpu_layers,
                 "ctx": args.ctx,
                 "busy_processes": args.busy,
@@ -541,6 +560,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def stdin_is_terminal() -> bool:
+    """Whether standard input is a terminal (tests of the app without one replace this)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     import os
 
@@ -556,11 +580,28 @@ def cmd_chat(args: argparse.Namespace) -> int:
     SamplingParams(args.temperature, args.top_k, args.top_p)
     from .engine import MAX_DRAFT
 
+    tree = _tree_arg(args)
     if args.n_draft != "auto" and not 0 <= args.n_draft <= MAX_DRAFT:
         raise LocalspecError(f"--n-draft must be 'auto' or in 0..{MAX_DRAFT}, got {args.n_draft}")
-    tree = _tree_arg(args)
     if args.max_tokens < 1:
         raise LocalspecError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    from .options import RuntimeOptions, check_flash_attn
+
+    RuntimeOptions(
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.gpu_layers,
+        kv_type=args.kv_type,
+        flash_attn=check_flash_attn(args.flash_attn),
+    ).checked()
+    if not stdin_is_terminal():
+        # the app reads keys from a terminal; without one it would wait forever
+        print(
+            "localspec: error: localspec chat needs a terminal: standard input is not a TTY; "
+            "use `localspec generate` for piped input",
+            file=sys.stderr,
+        )
+        return 2
     from .tui.app import ChatOptions, LocalspecApp
     from .tui.store import ChatStore
 
@@ -630,6 +671,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise LocalspecError(f"--max-queue must be >= 0, got {args.max_queue}")
     if args.api_key is not None and not args.api_key.strip():
         raise LocalspecError("--api-key is empty")
+    tree = _tree_arg(args)
     sock = listen(args.host, args.port)  # a busy port fails before the model loads
     draft: str | Literal[False] | None = False if args.no_draft else args.draft
     with (
@@ -638,13 +680,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.target,
             draft=draft,
             n_draft=args.n_draft,
-            tree=_tree_arg(args),
+            tree=tree,
             **_engine_options(args),
         ) as eng,
     ):
         app = create_app(eng, api_key=args.api_key, max_queue=args.max_queue)
         server = make_server(app)
         print(f"localspec: {eng.drafter_note}", file=sys.stderr)
+        _warn_without_drafter(eng, args)
         if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
             print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)
         print(f"serving {os.path.basename(eng.target_path)} at {base_url(sock)}/v1", flush=True)
@@ -679,9 +722,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         )
         if args.chat:
             msgs = [{"role": "system", "content": args.system}] if args.system else []
-            events = eng.chat([*msgs, {"role": "user", "content": prompt}], **kw)
+            events = eng.chat_stream([*msgs, {"role": "user", "content": prompt}], **kw)
         else:
-            events = eng.generate(prompt, **kw)
+            events = eng.complete_stream(prompt, **kw)
+        for note in eng.last_stats.notes:  # what was asked for and cannot be done
+            print(f"localspec: warning: {note}", file=sys.stderr)
         if args.stats:
             print(f"[{eng.drafter_note}]", file=sys.stderr)
         texts = []
@@ -706,6 +751,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print()
         if args.stats:
             print(stats.summary(), file=sys.stderr)
+            if stats.auto is not None:  # why auto ran what it ran, in its own numbers
+                print(stats.auto.reason, file=sys.stderr)
     return 0
 
 

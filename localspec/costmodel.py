@@ -191,6 +191,96 @@ def expected_lengths(p: np.ndarray, top_k: int, max_depth: int) -> list[np.ndarr
     return [v[dd <= depth] for depth in range(1, max_depth + 1)]
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Why auto chose what it chose, in the cost model's own numbers. The break-even is quoted
+    for the chain whose required acceptance is lowest here: with the same acceptance a at
+    every draft position, a chain of k pays when 1 + a + ... + a^k tokens per step beat plain
+    decoding's one token in cost_ratio times its time."""
+
+    shape: TreeShape | None  # the shape auto runs now (None: plain decoding)
+    explore: bool  # a probe chosen by the optimistic bound, not by the mean estimates
+    expected_speedup: float  # the choice's expected tokens/s over plain decoding's
+    expected_tokens: float  # per step of the choice
+    chain: int  # the chain length the break-even below is quoted for
+    cost_ratio: float  # a step of that chain (verify + drafting) over a plain step
+    verify_ratio: float  # the target's decode of chain + 1 tokens over a one-token decode
+    needed: float | None  # acceptance per position that chain needs; None: no acceptance can
+    reached: float  # the drafter's first-position acceptance, as auto estimates it
+    drafts_seen: float  # first-position drafts behind that estimate (faded with age)
+
+    @property
+    def reason(self) -> str:
+        """One line for people."""
+        seen = (
+            f"the drafter's first token is accepted {self.reached:.0%} "
+            f"(over {self.drafts_seen:.0f} recent drafts)"
+            if self.drafts_seen >= 1
+            else "the drafter's acceptance is not measured yet (auto has not drafted)"
+        )
+        chain = f"a {self.chain}-token draft" if self.chain > 1 else "a 1-token draft"
+        cost = (
+            f"{chain} costs {self.cost_ratio:.2f}x a plain step here "
+            f"(verifying {self.chain + 1} tokens {self.verify_ratio:.2f}x one, plus drafting)"
+        )
+        if self.shape is None:
+            need = (
+                "so no acceptance can pay"
+                if self.needed is None
+                else f"so it pays only above {self.needed:.0%} acceptance per position"
+            )
+            return f"auto runs plain decoding: {cost}, {need}; {seen}"
+        what = "probes with" if self.explore else "drafts"
+        return (
+            f"auto {what} {self.shape}: expected {self.expected_speedup:.2f}x plain "
+            f"({self.expected_tokens:.2f} tokens per step); {cost}; {seen}"
+        )
+
+    @property
+    def brief(self) -> str:
+        """The reason in a few words, for narrow places (the chat's side panel)."""
+        drafter = f"drafter {self.reached:.0%}" if self.drafts_seen >= 1 else "drafter unmeasured"
+        if self.shape is None:
+            need = "no acceptance pays" if self.needed is None else f"needs {self.needed:.0%}"
+            return (
+                f"plain: {self.chain}-token draft costs {self.cost_ratio:.2f}x, {need}; {drafter}"
+            )
+        return f"{self.shape}: expected {self.expected_speedup:.2f}x plain; {drafter}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "choice": str(self.shape) if self.shape is not None else "plain",
+            "explore": self.explore,
+            "expected_speedup": self.expected_speedup,
+            "expected_tokens_per_step": self.expected_tokens,
+            "break_even_chain": self.chain,
+            "chain_cost_ratio": self.cost_ratio,
+            "verify_cost_ratio": self.verify_ratio,
+            "needed_acceptance": self.needed,
+            "drafter_acceptance": self.reached,
+            "drafts_seen": self.drafts_seen,
+            "reason": self.reason,
+            "brief": self.brief,
+        }
+
+
+def break_even(cost_ratio: float, k: int) -> float | None:
+    """The acceptance a per position at which 1 + a + ... + a^k equals cost_ratio (None when
+    even a = 1 falls short)."""
+    if cost_ratio <= 1.0:
+        return 0.0
+    if k + 1 < cost_ratio:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        a = (lo + hi) / 2
+        if (1 - a ** (k + 1)) / (1 - a) < cost_ratio:
+            lo = a
+        else:
+            hi = a
+    return hi
+
+
 class CostModel:
     """Measured costs and acceptance; ``plan`` picks the next step's shape."""
 
@@ -214,6 +304,7 @@ class CostModel:
         self.acceptance = Acceptance()
         self.max_nodes = max_nodes
         self._plan: Plan | None = None
+        self._searched: Plan | None = None  # the last search's result (what auto intends)
         # no drafting pays even on optimistic acceptance: the engine then stops feeding the
         # drafter (taps off) until a later search says otherwise
         self.hopeless = False
@@ -322,7 +413,44 @@ class CostModel:
                 plan = Plan(hopeful.shape, hopeful.tokens, hopeful.seconds, explore=True)
             else:
                 self.hopeless = True
-        self._plan = plan
+        self._plan = self._searched = plan
+
+    def explain(self) -> Verdict | None:
+        """Why auto runs what it runs now (None before its first plan)."""
+        return self.verdict(self._searched) if self._searched is not None else None
+
+    def verdict(self, plan: Plan) -> Verdict:
+        """Why this plan: its expected gain and the break-even acceptance of drafting here."""
+        plain = self.step_time(None)
+        best: tuple[float, int, float] | None = None  # (needed, k, cost ratio)
+        fallback: tuple[float, int, float] | None = None  # no k can pay: the least hopeless
+        for k in range(1, min(MAX_DEPTH, self.verify.max_measured - 1) + 1):
+            ratio = self.step_time(TreeShape(k, 1, k)) / plain
+            need = break_even(ratio, k)
+            if need is not None and (best is None or need < best[0] - 1e-9):
+                best = (need, k, ratio)
+            if fallback is None or ratio / (k + 1) < fallback[0]:
+                fallback = (ratio / (k + 1), k, ratio)
+        if best is not None:
+            needed: float | None = best[0]
+            k, ratio = best[1], best[2]
+        else:
+            needed = None
+            k, ratio = (fallback[1], fallback[2]) if fallback is not None else (1, float("inf"))
+        p = self.acceptance.probabilities()
+        base = self.predict(None).tokens_per_s
+        return Verdict(
+            shape=plan.shape,
+            explore=plan.explore,
+            expected_speedup=plan.tokens_per_s / base if base > 0 else 1.0,
+            expected_tokens=plan.tokens,
+            chain=k,
+            cost_ratio=ratio,
+            verify_ratio=self.verify(k + 1) / self.verify(1),
+            needed=needed,
+            reached=float(p[0, 0]),
+            drafts_seen=float(self.acceptance.counts[0].sum()),
+        )
 
     # --- learning ----------------------------------------------------------------------------
 

@@ -235,8 +235,10 @@ def humaneval_prompts() -> list[str]:
 
 def jsonl_prompts(path: str) -> list[list[str]]:
     """A user's prompt file: JSONL records with "prompt" (one turn) or "turns" (several)."""
+    if os.path.isdir(path):
+        raise LocalspecError(f"{path} is a folder, not a JSONL file of prompts")
     if not os.path.isfile(path):
-        raise LocalspecError(f"no such prompt file: {path}")
+        raise LocalspecError(f"no such file: {path}")
     out = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -246,8 +248,10 @@ def jsonl_prompts(path: str) -> list[list[str]]:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise LocalspecError(f"{path}:{n}: not JSON ({exc})") from None
+            if not isinstance(rec, dict):
+                raise LocalspecError(f'{path}:{n}: expected an object with "prompt" or "turns"')
             turns = rec.get("turns") or ([rec["prompt"]] if "prompt" in rec else None)
-            if not turns or not all(isinstance(t, str) for t in turns):
+            if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
                 raise LocalspecError(f'{path}:{n}: needs "prompt" or "turns" strings')
             out.append(list(turns))
     if not out:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,6 +22,7 @@ from .drafter import Drafter
 from .drafter_spec import DrafterSpec
 from .errors import ContextFullError, GenerationError, InvalidParameterError, LocalspecError
 from .generation import Event, FinishReason, Generation
+from .lowlevel import Parts
 from .options import (
     MAX_DRAFT,
     NDraft,
@@ -29,13 +30,16 @@ from .options import (
     check_flash_attn,
     check_int,
     check_n_draft,
+    check_stops,
+    check_tree,
 )
 from .sampling import SamplingParams
 from .scheduler import Mode, Scheduler
 from .speculative import GREEDY, draft_chain
 from .stats import Stats
 from .target import Target
-from .tree import MAX_TREE_NODES, TreeShape
+from .textstream import decode_text
+from .tree import TreeShape
 
 __all__ = ["MAX_DRAFT", "Completion", "Engine", "Event", "FinishReason", "load"]
 
@@ -67,16 +71,6 @@ def load(
     return Engine(target, draft, **options)
 
 
-def check_tree(value: Any) -> TreeShape | None:
-    if value is None or isinstance(value, TreeShape):
-        return value
-    if isinstance(value, str):
-        return TreeShape.parse(value)
-    if isinstance(value, (tuple, list)) and len(value) == 3:
-        return TreeShape(*(check_int("tree", v, 1, MAX_TREE_NODES) for v in value))
-    raise InvalidParameterError(f"tree must be a TreeShape, 'D,K,B' or (D, K, B), got {value!r}")
-
-
 class Engine:
     """A target, an optional drafter, and the speculative loop. Use as a context manager."""
 
@@ -96,9 +90,9 @@ class Engine:
         flash_attn: bool | str | None = None,
         recalibrate: bool = False,
     ) -> None:
-        self.n_draft = check_n_draft(n_draft)
-        self.tree = check_tree(tree)
-        self.rt = RuntimeOptions(
+        self._n_draft = check_n_draft(n_draft)
+        self._tree = check_tree(tree)
+        self._rt = RuntimeOptions(
             n_ctx,
             n_batch,
             draft_batch,
@@ -116,23 +110,25 @@ class Engine:
         self._current: Generation | None = None
         self._closed = False
         self._recalibrate = bool(recalibrate)
-        self.drafter: Drafter | None = None
+        self._drafter: Drafter | None = None
         self.drafter_note = ""
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
         spec = DrafterSpec(os.fspath(draft)) if draft is not None and draft is not False else None
-        max_tree, self.max_top_k = Scheduler.capacity(n_batch, draft_batch)
-        self.max_tree = 0 if draft is False else max_tree
-        self.target = Target(target_path, self.rt, tree_nodes=self.max_tree)
+        max_tree, self._max_top_k = Scheduler.capacity(n_batch, draft_batch)
+        self._max_tree = 0 if draft is False else max_tree
+        self._target = Target(target_path, self._rt, tree_nodes=self._max_tree)
         try:
             passed = ""
             if draft is None:
-                found, passed = find_drafter(self.target)
+                found, passed = find_drafter(self._target)
                 spec = DrafterSpec(found) if found else None
             if spec is not None:
-                spec.check_pair(self.target)
-                self.target.enable_taps(spec.taps)
+                spec.check_pair(self._target)
+                self._target.enable_taps(spec.taps)
                 # a tree's frontier takes two banks of top_k sequences (+ the history's)
-                self.drafter = Drafter(spec, self.target, self.rt, n_seq_max=2 * self.max_top_k + 1)
+                self._drafter = Drafter(
+                    spec, self._target, self._rt, n_seq_max=2 * self._max_top_k + 1
+                )
                 self.drafter_note = f"{spec.variant} drafter {spec.path}"
             elif draft is False:
                 self.drafter_note = "speculation off"
@@ -141,42 +137,47 @@ class Engine:
             if passed:
                 self.drafter_note += f" ({passed})"
         except BaseException:
-            self.target.close()
+            self._target.close()
             raise
-        self.eog = self.target.model.eog_mask()
-        self._chat = ChatFormatter(self.target.model, self.target.path)
-        self.scheduler = Scheduler(
-            self.target,
-            self.drafter,
-            self.rt,
-            max_tree=self.max_tree,
-            max_top_k=self.max_top_k,
+        self._eog = self._target.model.eog_mask()
+        self._chat = ChatFormatter(self._target.model, self._target.path)
+        self._scheduler = Scheduler(
+            self._target,
+            self._drafter,
+            self._rt,
+            max_tree=self._max_tree,
+            max_top_k=self._max_top_k,
         )
 
     # --- what is loaded ------------------------------------------------------------------------
 
     @property
     def target_path(self) -> str:
-        return self.target.path
+        return self._target.path
 
     @property
     def draft_path(self) -> str | None:
-        return self.drafter.spec.path if self.drafter else None
+        return self._drafter.spec.path if self._drafter else None
 
     @property
     def draft_variant(self) -> str | None:
         """ "EAGLE-3" or "EAGLE-3.1" (None without a drafter)."""
-        return self.drafter.spec.variant if self.drafter else None
+        return self._drafter.spec.variant if self._drafter else None
 
     @property
     def n_ctx(self) -> int:
         """The context window in tokens (llama.cpp may round the requested size up)."""
-        return self.target.n_ctx
+        return self._target.n_ctx
+
+    @property
+    def n_threads(self) -> int:
+        """CPU threads llama.cpp decodes with."""
+        return self._rt.threads
 
     @property
     def cached_tokens(self) -> int:
         """Prompt tokens the target's cache holds for the next call to reuse."""
-        return self.target.n
+        return self._target.n
 
     @property
     def chat_template_note(self) -> str:
@@ -193,14 +194,16 @@ class Engine:
         self, text: str, *, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:
         self._check_open()
-        return self.target.model.tokenize(
+        return self._target.model.tokenize(
             text, add_special=add_special, parse_special=parse_special
         )
 
     def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of tokens as a finished generation gives it (a character cut off at the
+        end is dropped; malformed bytes read as U+FFFD)."""
         self._check_open()
-        piece = self.target.model.piece
-        return b"".join(piece(int(t)) for t in tokens).decode("utf-8", errors="replace")
+        piece = self._target.model.piece
+        return decode_text(b"".join(piece(int(t)) for t in tokens))
 
     def format_chat(self, messages: Sequence[dict[str, str]]) -> tuple[str, list[str]]:
         """The prompt text for a conversation (the GGUF's chat template, or ChatML when it has
@@ -210,7 +213,7 @@ class Engine:
 
     # --- generation --------------------------------------------------------------------------
 
-    def generate(
+    def complete_stream(
         self,
         prompt: str | Sequence[int],
         *,
@@ -224,23 +227,23 @@ class Engine:
         tree: TreeShape | str | tuple[int, int, int] | None = None,
         add_special: bool = True,
         parse_special: bool = False,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """Stream a continuation of ``prompt`` (text, or token ids) event by event. n_draft and
         tree override the engine's for this call (tree wins when both are given). A newer call
         on the same engine supersedes this one: its next step raises GenerationError."""
         self._check_open()
         sp = SamplingParams(float(temperature), top_k, float(top_p))
         check_int("max_tokens", max_tokens, 0, 1 << 24)
-        mode = self._mode(n_draft, tree)
+        mode, notes = self._mode(n_draft, tree)
         if seed is not None:
             check_int("seed", seed, 0, 2**63 - 1)
-        stops = [stop] if isinstance(stop, str) else list(stop)
-        if any(not isinstance(s, str) or not s for s in stops):
-            raise InvalidParameterError("stop strings must be non-empty strings")
+        stops = check_stops(stop)
         tokens = self._prompt_tokens(prompt, add_special, parse_special)
         gen = Generation(
-            self,
+            self._parts(),
             tokens,
+            lock=self._step_lock,
+            totals=self.stats,
             max_tokens=max_tokens,
             sampling=sp,
             seed=seed,
@@ -250,43 +253,56 @@ class Engine:
         )
         self._recalibrate = False
         self._current = gen
+        gen.stats.notes += notes
         self._last_stats = gen.stats
         return gen.run()
 
     def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> Completion:
-        """Generate to the end and return the whole text, tokens and statistics."""
+        """Generate to the end and return the whole text, tokens and statistics; keyword
+        arguments are ``complete_stream``'s."""
+        return self._collect(self.complete_stream(prompt, **kwargs))
+
+    def chat_stream(
+        self, messages: Sequence[dict[str, str]], **kwargs: Any
+    ) -> Generator[Event, None, None]:
+        """Stream a reply to a conversation, formatted with the GGUF's own chat template;
+        keyword arguments are ``complete_stream``'s (stop strings add to the template's)."""
+        prompt, stops = self.format_chat(messages)
+        extra = check_stops(kwargs.pop("stop", ()))
+        return self.complete_stream(
+            prompt, stop=stops + extra, add_special=False, parse_special=True, **kwargs
+        )
+
+    def chat(self, messages: Sequence[dict[str, str]], **kwargs: Any) -> Completion:
+        """The whole reply to a conversation, with its statistics (``chat_stream`` streams)."""
+        return self._collect(self.chat_stream(messages, **kwargs))
+
+    def _collect(self, events: Iterator[Event]) -> Completion:
         texts: list[str] = []
         tokens: list[int] = []
         accepted: list[bool] = []
         reason: FinishReason = "length"
-        for ev in self.generate(prompt, **kwargs):
+        for ev in events:
             texts.append(ev.text)
             tokens += ev.tokens
             accepted += ev.accepted
             reason = ev.finish_reason or reason
         return Completion("".join(texts), tokens, accepted, reason, self.last_stats)
 
-    def chat(self, messages: Sequence[dict[str, str]], **kwargs: Any) -> Iterator[Event]:
-        """Stream a reply to a conversation, formatted with the GGUF's own chat template."""
-        prompt, stops = self.format_chat(messages)
-        extra = kwargs.pop("stop", ())
-        extra = [extra] if isinstance(extra, str) else list(extra)
-        return self.generate(
-            prompt, stop=stops + extra, add_special=False, parse_special=True, **kwargs
-        )
-
     def propose(self, prompt: str | Sequence[int], k: int = 4) -> list[int]:
         """The drafter's greedy chain for the k positions after the target's next token."""
         self._check_open()
-        if self.drafter is None:
+        if self._drafter is None:
             raise LocalspecError("no drafter is loaded")
         k = check_int("k", k, 1, MAX_DRAFT)
         tokens = self._prompt_tokens(prompt, True, False)
-        if len(tokens) + k >= self.target.n_ctx:
+        if len(tokens) + k >= self._target.n_ctx:
             raise InvalidParameterError("the prompt does not fit the context")
         gen = Generation(
-            self,
+            self._parts(),
             tokens,
+            lock=self._step_lock,
+            totals=self.stats,
             max_tokens=1,
             sampling=GREEDY,
             seed=0,
@@ -294,10 +310,10 @@ class Engine:
             mode=Mode("chain", TreeShape(k, 1, k)),
         )
         self._current = gen
-        with self.step_lock(gen):
+        with self._step_lock(gen):
             gen.prefill()
-            drafts, _ = draft_chain(self.drafter, k, GREEDY, np.random.default_rng(0))
-            self.drafter.rewind()
+            drafts, _ = draft_chain(self._drafter, k, GREEDY, np.random.default_rng(0))
+            self._drafter.rewind()
         return drafts
 
     def reset(self) -> None:
@@ -306,14 +322,14 @@ class Engine:
         with self._lock:
             self._check_open()
             self._current = None
-            self.target.clear()
-            if self.drafter is not None:
-                self.drafter.restart(0)
+            self._target.clear()
+            if self._drafter is not None:
+                self._drafter.restart(0)
 
     # --- resources ---------------------------------------------------------------------------
 
     @contextmanager
-    def step_lock(self, gen: Generation) -> Iterator[None]:
+    def _step_lock(self, gen: Generation) -> Iterator[None]:
         """Hold the engine for one step of gen. A step that fails leaves the caches in an
         unknown state: they are emptied, so the next call starts afresh."""
         with self._lock:
@@ -323,10 +339,29 @@ class Engine:
             try:
                 yield
             except BaseException:
-                self.target.clear()
-                if self.drafter is not None:
-                    self.drafter.restart(0)
+                self._target.clear()
+                if self._drafter is not None:
+                    self._drafter.restart(0)
                 raise
+
+    def _parts(self) -> Parts:
+        return Parts(
+            self._target,
+            self._drafter,
+            self._scheduler,
+            self._rt,
+            self._eog,
+            self._max_tree,
+            self._max_top_k,
+        )
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[Parts]:
+        """The parts for lowlevel.hold: no call runs meanwhile; a running one is superseded."""
+        with self._lock:
+            self._check_open()
+            self._current = None
+            yield self._parts()
 
     def _check_open(self) -> None:
         if self._closed:  # a NULL context would crash inside llama.cpp
@@ -338,10 +373,10 @@ class Engine:
             if self._closed:
                 return
             self._closed = True
-            if self.drafter is not None:
-                self.drafter.close()  # its context borrows from the target's: free first
-            if getattr(self, "target", None) is not None:
-                self.target.close()
+            if self._drafter is not None:
+                self._drafter.close()  # its context borrows from the target's: free first
+            if getattr(self, "_target", None) is not None:
+                self._target.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -351,23 +386,32 @@ class Engine:
 
     # --- argument checks -----------------------------------------------------------------------
 
-    def _mode(self, n_draft: NDraft | None, tree: Any) -> Mode:
-        k = self.n_draft if n_draft is None else check_n_draft(n_draft)
-        shape = check_tree(tree) if tree is not None else (self.tree if n_draft is None else None)
-        if self.drafter is None:
-            return Mode("plain")  # no drafter: plain decoding, whatever was asked
+    def _mode(self, n_draft: NDraft | None, tree: Any) -> tuple[Mode, list[str]]:
+        """The mode a call runs, and a note for each part of the request it cannot honour."""
+        k = self._n_draft if n_draft is None else check_n_draft(n_draft)
+        shape = check_tree(tree) if tree is not None else (self._tree if n_draft is None else None)
+        notes: list[str] = []
+        if self._drafter is None:
+            fixed = k not in (0, "auto")  # auto and 0 ask for nothing a drafter must give
+            asked = str(shape) if shape is not None else (f"n_draft={k}" if fixed else "")
+            if asked:  # no drafter: plain decoding, whatever was asked
+                notes.append(f"{asked} runs plain decoding: {self.drafter_note}")
+            return Mode("plain"), notes
         if shape is not None:
-            if shape.top_k > max(1, self.max_top_k) or (
-                not shape.is_chain and shape.budget > self.max_tree
+            if shape.top_k > max(1, self._max_top_k) or (
+                not shape.is_chain and shape.budget > self._max_tree
             ):
                 raise InvalidParameterError(
-                    f"{shape} does not fit this engine: at most {self.max_tree} nodes "
-                    f"(n_batch - 2) and top_k {self.max_top_k} ((draft_batch - 1) // 2)"
+                    f"{shape} does not fit this engine: at most {self._max_tree} nodes "
+                    f"(n_batch - 2) and top_k {self._max_top_k} ((draft_batch - 1) // 2)"
                 )
-            return Mode("tree", shape)  # even a top-1 tree accepts by the target's own draws
+            if tree is not None and n_draft is not None:
+                notes.append(f"both n_draft={k} and {shape} were given: the tree runs")
+            # even a top-1 tree accepts by the target's own draws
+            return Mode("tree", shape), notes
         if k == "auto":
-            return Mode("auto")
-        return Mode("chain", TreeShape(k, 1, k)) if k else Mode("plain")
+            return Mode("auto"), notes
+        return (Mode("chain", TreeShape(k, 1, k)) if k else Mode("plain")), notes
 
     def _prompt_tokens(
         self, prompt: str | Sequence[int], add_special: bool, parse_special: bool
@@ -376,12 +420,12 @@ class Engine:
             tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         else:
             tokens = [int(t) for t in prompt]
-            if any(not 0 <= t < self.target.n_vocab for t in tokens):
-                raise InvalidParameterError(f"token ids must be in [0, {self.target.n_vocab})")
+            if any(not 0 <= t < self._target.n_vocab for t in tokens):
+                raise InvalidParameterError(f"token ids must be in [0, {self._target.n_vocab})")
         if not tokens:
             raise InvalidParameterError("the prompt is empty")
-        if len(tokens) >= self.target.n_ctx:
+        if len(tokens) >= self._target.n_ctx:
             raise ContextFullError(
-                f"the prompt has {len(tokens)} tokens; the context holds {self.target.n_ctx}"
+                f"the prompt has {len(tokens)} tokens; the context holds {self._target.n_ctx}"
             )
         return tokens

@@ -44,3 +44,26 @@ def _sysctl_int(key: str) -> int:
         return int(out.stdout.strip())
     except (OSError, ValueError, subprocess.SubprocessError):
         return 0
+
+
+def cpu_has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU reports Intel AMX (Sapphire Rapids and later; Linux only)."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return "amx_int8" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def cpu_extra_buffers() -> bool:
+    """Whether llama.cpp may put CPU weights in its extra buffer types (AMX tiles, repacked
+    layouts). llama.cpp's AMX matrix multiply crashes the process on some AMX machines (seen
+    here: Q4_1 batches on a Xeon with amx_int8; llama.cpp issue 20824, closed unfixed), so on
+    AMX CPUs they are off unless LOCALSPEC_CPU_EXTRA_BUFFERS=1; elsewhere on unless it is 0."""
+    env = os.environ.get("LOCALSPEC_CPU_EXTRA_BUFFERS", "").strip()
+    if env in ("0", "1"):
+        return env == "1"
+    return not cpu_has_amx()

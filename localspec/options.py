@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from .errors import InvalidParameterError
 from .hardware import physical_cores
 
+if TYPE_CHECKING:
+    from .tree import TreeShape
+
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+QUANTIZED_KV = ("q8_0", "q4_0")  # the K and V caches take the same type
 NDraft = int | Literal["auto"]
 MAX_DRAFT = 32
 
@@ -27,6 +32,34 @@ def check_n_draft(value: Any) -> NDraft:
     if isinstance(value, str):
         raise InvalidParameterError(f'n_draft must be "auto" or an integer, got {value!r}')
     return check_int("n_draft", value, 0, MAX_DRAFT)
+
+
+def check_tree(value: Any) -> TreeShape | None:
+    """None, a TreeShape, "DEPTH,TOP_K,BUDGET" or (DEPTH, TOP_K, BUDGET) as a TreeShape."""
+    # imported here: tree.py imports the model modules, which import this one
+    from .tree import MAX_TREE_NODES, TreeShape
+
+    if value is None or isinstance(value, TreeShape):
+        return value
+    if isinstance(value, str):
+        return TreeShape.parse(value)
+    if isinstance(value, (tuple, list)) and len(value) == 3:
+        return TreeShape(*(check_int("tree", v, 1, MAX_TREE_NODES) for v in value))
+    raise InvalidParameterError(f"tree must be a TreeShape, 'D,K,B' or (D, K, B), got {value!r}")
+
+
+def check_stops(value: Any) -> list[str]:
+    """A stop string or several (any iterable but a mapping) as a list; each must be a
+    non-empty string."""
+    if isinstance(value, str):
+        stops = [value]
+    elif isinstance(value, Iterable) and not isinstance(value, Mapping):
+        stops = list(value)
+    else:
+        raise InvalidParameterError(f"stop must be a string or a list of strings, got {value!r}")
+    if any(not isinstance(s, str) or not s for s in stops):
+        raise InvalidParameterError("stop strings must be non-empty strings")
+    return stops
 
 
 def check_flash_attn(value: Any) -> bool | None:
@@ -62,7 +95,16 @@ class RuntimeOptions:
         check_int("draft_batch", self.draft_batch, 1, 1 << 16)
         if self.kv_type not in KV_TYPES:
             raise InvalidParameterError(f"kv_type must be one of {', '.join(KV_TYPES)}")
-        return replace(self, n_threads=threads, flash_attn=check_flash_attn(self.flash_attn))
+        flash_attn = check_flash_attn(self.flash_attn)
+        if self.kv_type in QUANTIZED_KV and flash_attn is False:
+            # llama.cpp refuses the context (its reason only in its log); auto turns flash
+            # attention on for a quantized V cache (llama_init_from_model)
+            raise InvalidParameterError(
+                f"kv_type {self.kv_type} quantizes the V cache, which llama.cpp runs only with "
+                "flash attention: use flash_attn on or auto (--flash-attn on|auto), or an "
+                "unquantized kv_type (f16, bf16, f32)"
+            )
+        return replace(self, n_threads=threads, flash_attn=flash_attn)
 
     @property
     def threads(self) -> int:

@@ -10,7 +10,7 @@ from typing import Literal
 from . import _native as N
 from .calibration import calibrate
 from .clocks import cost_clock
-from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan
+from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan, Verdict
 from .drafter import Drafter
 from .options import RuntimeOptions
 from .speculative import StepResult
@@ -121,6 +121,12 @@ class Scheduler:
             return StepPlan(self._fit(shape, budget, free_cells), pred)
         assert mode.shape is not None
         return StepPlan(self._fit(mode.shape.clipped(budget), budget, free_cells))
+
+    def explain(self) -> Verdict | None:
+        """Auto's reason for what it runs now (None for fixed modes or before a plan)."""
+        if self.mode.kind != "auto" or self.cost is None:
+            return None
+        return self.cost.explain()
 
     def _fit(self, shape: TreeShape | None, budget: int, free_cells: int) -> TreeShape | None:
         """A tree that does not fit the caches' room falls back to the chain of its depth."""

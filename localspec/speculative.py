@@ -96,14 +96,10 @@ def accept(
     sp: SamplingParams,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
-    """Target rows 0..k verify drafts 1..k; return (accepted count m, the target's token).
-    Sampling: speculative rejection sampling of drafts drawn from q."""
-    if sp.greedy:
-        for i, d in enumerate(drafts):
-            y = int(np.argmax(logits[i]))
-            if y != d:
-                return i, y
-        return len(drafts), int(np.argmax(logits[len(drafts)]))
+    """Target rows 0..k verify drafts 1..k; return (accepted count m, the target's token), by
+    speculative rejection sampling of drafts drawn from q. Sampling only: greedy steps accept
+    by the target's own argmax (accept_own_draws), where q is one-hot and this reduces to it."""
+    assert not sp.greedy, "greedy drafts are accepted by accept_own_draws"
     for i, d in enumerate(drafts):
         p, q = probs(logits[i], sp), qs[i]
         assert q is not None

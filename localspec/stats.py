@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .costmodel import Verdict
 
 
 @dataclass
@@ -28,6 +32,10 @@ class Stats:
     # auto: the cost model's expected tokens and seconds, summed over its steps
     predicted_tokens: float = 0.0
     predicted_seconds: float = 0.0
+    # auto: why it runs what it runs, in the cost model's numbers (the latest one when summed)
+    auto: Verdict | None = None
+    # what the call asked for and did not get, and why (one line each)
+    notes: list[str] = field(default_factory=list)
 
     # --- fed by the loop ---------------------------------------------------------------------
 
@@ -50,6 +58,14 @@ class Stats:
             self.drafted_at[i] += 1
         for i in range(n_accepted):
             self.accepted_at[i] += 1
+
+    def retract(self, first: int, n: int) -> None:
+        """Un-count n accepted drafts at draft positions first.. of the last step: the
+        generation ended before they were emitted."""
+        if n > 0:
+            self.accepted -= n
+            for i in range(first, first + n):
+                self.accepted_at[i] -= 1
 
     def record_prediction(self, tokens: float, seconds: float) -> None:
         self.predicted_tokens += tokens
@@ -76,6 +92,9 @@ class Stats:
             "predicted_seconds",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        if other.auto is not None:
+            self.auto = other.auto
+        self.notes += [n for n in other.notes if n not in self.notes]
         for shape, n in other.shapes.items():
             self.shapes[shape] = self.shapes.get(shape, 0) + n
         if other.mode:
@@ -116,11 +135,6 @@ class Stats:
         """The cost model's expected speed for the steps it chose (0 when it chose none)."""
         return self.predicted_tokens / self.predicted_seconds if self.predicted_seconds else 0.0
 
-    @property
-    def main_shape(self) -> str:
-        """The shape run most often (ties: the first seen)."""
-        return max(self.shapes, key=self.shapes.__getitem__) if self.shapes else ""
-
     def shape_summary(self, top: int = 3) -> str:
         """The most used shapes with their share of steps, e.g. 'plain 96%, chain 1 4%'."""
         if not self.steps:
@@ -152,6 +166,8 @@ class Stats:
             "mode": self.mode,
             "shapes": dict(self.shapes),
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "auto": self.auto.as_dict() if self.auto is not None else None,
+            "notes": list(self.notes),
         }
 
     def summary(self) -> str:
@@ -167,3 +183,8 @@ class Stats:
             f"acceptance {100 * self.acceptance_rate:.0f}% ({self.accepted}/{self.drafted}), "
             f"time target/draft/glue {self.t_target:.2f}/{self.t_draft:.2f}/{self.t_glue:.2f} s"
         )
+
+    def explanation(self) -> str:
+        """Why speculation did what it did, one line each: auto's reason and the notes."""
+        lines = [self.auto.reason] if self.auto is not None else []
+        return "\n".join([*lines, *self.notes])

@@ -7,8 +7,9 @@ import codecs
 
 
 class TextStream:
-    """Incremental UTF-8 decoding with stop strings: never splits a character, and holds back
-    any tail that could still become a stop string."""
+    """Incremental UTF-8 decoding with stop strings: never splits a character (one that the
+    end of generation cuts off is dropped), and holds back any tail that could still become a
+    stop string."""
 
     def __init__(self, stops: list[str]) -> None:
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -30,7 +31,14 @@ class TextStream:
         if self._cut is not None:
             end = self._cut
         elif final:
-            self._text += self._dec.decode(b"", final=True)
+            # a character cut off by the end of generation (max_tokens, a full context) is
+            # dropped, as llama-cpp-python does, not shown as U+FFFD; malformed bytes are not
+            # a cut and still decode to U+FFFD
+            pending, _ = self._dec.getstate()
+            if pending and _valid_prefix(pending):
+                self._dec.reset()
+            else:
+                self._text += self._dec.decode(b"", final=True)
             end = len(self._text)
         else:
             end = len(self._text) - self._holdback()
@@ -46,3 +54,29 @@ class TextStream:
                     keep = max(keep, n)
                     break
         return keep
+
+
+def decode_text(data: bytes) -> str:
+    """The text of a finished generation's bytes, as the events give it: malformed bytes read
+    as U+FFFD, a character cut off at the end is dropped."""
+    ts = TextStream([])
+    ts.feed(data)
+    return ts.take(final=True)
+
+
+def _valid_prefix(data: bytes) -> bool:
+    """True when ``data`` starts a UTF-8 character that more bytes could complete. The
+    decoder holds back such a start, but also an encoded surrogate (ED A0..BF), which no
+    continuation makes valid."""
+    size = 2 if data[0] < 0xE0 else 3 if data[0] < 0xF0 else 4
+    pad = size - len(data)
+    if pad <= 0:
+        return False
+    # a lead's second byte may be restricted to the low (ED, F4) or high (E0, F0) range
+    for fill in (b"\x80", b"\xbf"):
+        try:
+            (data + fill * pad).decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            pass
+    return False

@@ -9,6 +9,26 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import tinymodels as tm  # noqa: E402
 
+
+def _reference_model_params():  # type: ignore[no-untyped-def]
+    """llama-cpp-python's own Llama, the tests' independent reference, loads models with
+    llama.cpp's default parameters, which crash on some AMX CPUs; give it the extra-buffer
+    setting localspec itself uses (localspec.hardware.cpu_extra_buffers)."""
+    from localspec.hardware import cpu_extra_buffers
+
+    params = _llama_model_default_params()
+    params.use_extra_bufts = cpu_extra_buffers()
+    return params
+
+
+try:
+    import llama_cpp.llama_cpp as _llama_c
+except Exception:  # noqa: BLE001  (no llama-cpp-python: the tests say so themselves)
+    pass
+else:
+    _llama_model_default_params = _llama_c.llama_model_default_params
+    _llama_c.llama_model_default_params = _reference_model_params
+
 # exact numerics for comparisons with references: f32 KV cache, no flash attention
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 1024}
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from localspec.lowlevel import parts
+
 # largest logit gap that counts as a near-tie: f32 weights and KV round in the last bits only;
 # quantized weights with an f16 cache differed by up to ~1 logit beyond 256 cached cells
 F32_MARGIN = 1e-2
@@ -44,7 +46,7 @@ def replay_plain_greedy(
 ) -> Replay:
     """Assert out is plain greedy decoding of prompt up to near-ties (gap < margin). finish
     "eos": plain decoding would end there too. Leaves the engine's caches empty."""
-    tgt = eng.target
+    tgt = parts(eng).target
     active = tgt.taps_active
     tgt.set_taps_active(False)
     eng.reset()
@@ -65,8 +67,8 @@ def replay_plain_greedy(
         assert len(rep.ties) <= max_ties(len(out)), f"too many near-ties: {rep.ties}"
         if finish == "eos":
             y = int(np.argmax(logits))
-            best_eog = float(logits[eng.eog].max())
-            assert eng.eog[y] or logits[y] - best_eog < margin, "plain decoding would go on"
+            best_eog = float(logits[parts(eng).eog].max())
+            assert parts(eng).eog[y] or logits[y] - best_eog < margin, "plain decoding would go on"
     finally:
         eng.reset()
         tgt.set_taps_active(active)

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 import localspec
+from localspec.lowlevel import parts
 
 import tinymodels as tm
 from conftest import EXACT
@@ -22,7 +23,7 @@ def eng(models):
 def test_events_carry_text_tokens_and_acceptance(agree) -> None:
     target, draft = agree
     with localspec.load(target, draft=draft, **EXACT) as e:
-        evs = list(e.generate("abc", max_tokens=40, n_draft=4))
+        evs = list(e.complete_stream("abc", max_tokens=40, n_draft=4))
     assert evs[-1].finish_reason == "length"
     assert all(len(ev.tokens) == len(ev.accepted) for ev in evs)
     tokens = [t for ev in evs for t in ev.tokens]
@@ -41,7 +42,7 @@ def test_utf8_never_split(eng) -> None:
     # split a character, its pieces would decode to U+FFFD and the joined text would differ.
     prompt = list("é€😀".encode())
     for seed in range(5):
-        evs = list(eng.generate(prompt * 2, max_tokens=150, temperature=1.5, seed=seed))
+        evs = list(eng.complete_stream(prompt * 2, max_tokens=150, temperature=1.5, seed=seed))
         tokens = [t for ev in evs for t in ev.tokens]
         whole = eng.detokenize(tokens)
         assert "".join(ev.text for ev in evs) == whole
@@ -73,13 +74,14 @@ def test_stop_string_ending_inside_a_multi_token_step(agree) -> None:
     # adds k: "ghi" completes at its fifth token, so the step's last two tokens are dropped
     target, draft = agree
     with localspec.load(target, draft=draft, **EXACT) as e:
-        evs = list(e.generate("abc", max_tokens=100, stop="ghi", n_draft=6))
+        evs = list(e.complete_stream("abc", max_tokens=100, stop="ghi", n_draft=6))
         st = e.last_stats
     assert [ev.tokens for ev in evs] == [[ord("d")], list(b"efghi")]
     assert evs[-1].finish_reason == "stop" and evs[-1].accepted == [True] * 5
     assert "".join(ev.text for ev in evs) == "def"
-    assert st.steps == 1 and st.accepted == 6  # the step itself accepted every draft
-    assert st.generated == 6
+    # the step accepted all 6 drafts, but "j" was never emitted: only emitted drafts count
+    assert st.steps == 1 and st.drafted == 6 and st.accepted == 5
+    assert st.accepted_at == [1, 1, 1, 1, 1, 0] and st.generated == 6
 
 
 @pytest.mark.parametrize("k", [0, 1, 3, 8])
@@ -99,7 +101,7 @@ def test_context_full_ends_cleanly(models) -> None:
         assert c.finish_reason == "context_full"
         assert_greedy_lossless(e, "hello", c)
         # the context fills up, and the target's prediction after its last position is emitted too
-        assert len(e.tokenize("hello")) + len(c.tokens) == e.target.n_ctx + 1
+        assert len(e.tokenize("hello")) + len(c.tokens) == parts(e).target.n_ctx + 1
 
 
 def test_max_tokens_zero_and_one(eng) -> None:
@@ -110,9 +112,17 @@ def test_max_tokens_zero_and_one(eng) -> None:
 def test_chat_uses_gguf_template(eng) -> None:
     prompt, stops = eng.format_chat([{"role": "user", "content": "Hi"}])
     assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    evs = list(eng.chat([{"role": "user", "content": "Hi"}], max_tokens=20))
+    evs = list(eng.chat_stream([{"role": "user", "content": "Hi"}], max_tokens=20))
     assert evs[-1].finish_reason in ("length", "eos", "stop")
     assert "<|im_start|>" not in "".join(ev.text for ev in evs)
+    # chat returns the whole reply, as complete does; the streamed events add up to it (both
+    # from an empty cache, so the two computed the same batches)
+    eng.reset()
+    reply = eng.chat([{"role": "user", "content": "Hi"}], max_tokens=20)
+    assert isinstance(reply, localspec.Completion)
+    assert reply.text == "".join(ev.text for ev in evs)
+    assert reply.tokens == [t for ev in evs for t in ev.tokens]
+    assert reply.finish_reason == evs[-1].finish_reason and reply.stats is eng.last_stats
 
 
 def test_propose_matches_manual_draft(agree) -> None:
@@ -124,9 +134,9 @@ def test_propose_matches_manual_draft(agree) -> None:
 
 def test_stats_cumulate(models) -> None:
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as e:
-        evs_a = list(e.generate("hello", max_tokens=30, n_draft=3))
+        evs_a = list(e.complete_stream("hello", max_tokens=30, n_draft=3))
         a = e.last_stats
-        evs_b = list(e.generate("world", max_tokens=20, n_draft=3))
+        evs_b = list(e.complete_stream("world", max_tokens=20, n_draft=3))
         b = e.last_stats
         s = e.stats
         assert s.generations == 2
@@ -156,12 +166,12 @@ def test_drafter_found_next_to_target(models, tmp_path) -> None:
     t = str(tmp_path / "m.gguf")
     shutil.copy(models["target"], t)
     with localspec.load(t, **EXACT) as e:
-        assert e.drafter is None and "no drafter" in e.drafter_note
+        assert parts(e).drafter is None and "no drafter" in e.drafter_note
     shutil.copy(models["draft"], str(tmp_path / "m.eagle3.gguf"))
     with localspec.load(t, **EXACT) as e:
         assert e.draft_path == str(tmp_path / "m.eagle3.gguf")
     with localspec.load(t, draft=False, **EXACT) as e:
-        assert e.drafter is None
+        assert parts(e).drafter is None
 
 
 def test_recorded_drafter_found_by_header(models, tmp_path) -> None:
@@ -182,11 +192,11 @@ def test_sibling_drafters_for_another_target_are_passed_over(models, tmp_path) -
     other = tm.write_target(str(tmp_path / "elsewhere.bin"), bigger)
     tm.write_drafter(str(tmp_path / "another-model.eagle3.gguf"), other, target=bigger)
     with localspec.load(t, **EXACT) as e:
-        assert e.drafter is None
+        assert parts(e).drafter is None
         assert "another-model.eagle3.gguf" in e.drafter_note and "layers 6" in e.drafter_note
     shutil.copy(str(tmp_path / "another-model.eagle3.gguf"), str(tmp_path / "m.eagle3.gguf"))
     with localspec.load(t, **EXACT) as e:  # even under the target's own drafter name
-        assert e.drafter is None and "m.eagle3.gguf (drafter" in e.drafter_note
+        assert parts(e).drafter is None and "m.eagle3.gguf (drafter" in e.drafter_note
     shutil.copy(models["draft31"], str(tmp_path / "the-right-one.gguf"))
     with localspec.load(t, **EXACT) as e:
         assert e.draft_path == str(tmp_path / "the-right-one.gguf")
@@ -199,7 +209,7 @@ def test_close_is_idempotent(models) -> None:
     e.close()
     for call in (
         lambda: e.complete("hi"),
-        lambda: e.chat([{"role": "user", "content": "x"}]),
+        lambda: e.chat_stream([{"role": "user", "content": "x"}]),
         lambda: e.detokenize([104, 105]),
         lambda: e.tokenize("hi"),
         e.reset,
@@ -215,8 +225,8 @@ def test_a_10_kb_chat_template_is_read_whole(tmp_path) -> None:
     template = padding + tm.CHATML + "{# the end #}"
     t = tm.write_target(str(tmp_path / "long.gguf"), chat_template=template)
     with localspec.load(t, draft=False, **EXACT) as e:
-        assert len(e.target.model.meta("tokenizer.chat_template")) == len(template.encode())
-        assert e.target.model.chat_template() == template
+        assert len(parts(e).target.model.meta("tokenizer.chat_template")) == len(template.encode())
+        assert parts(e).target.model.chat_template() == template
         prompt, _ = e.format_chat([{"role": "user", "content": "Hi"}])
         assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         assert e.chat_template_note == ""

@@ -9,6 +9,7 @@ import pytest
 
 import localspec
 from localspec.drafter import Drafter
+from localspec.lowlevel import parts
 
 import tinymodels as tm
 from conftest import EXACT
@@ -43,8 +44,8 @@ def test_encoder_and_decoder_match_reference(models, tmp_path, flags) -> None:
     tt, _ = read_tensors(models["target"])
     with localspec.load(models["target"], draft=path, **EXACT) as eng:
         ref = RefDrafter(path, tt["token_embd.weight"], tt["output.weight"])
-        dft: Drafter = eng.drafter
-        tgt = eng.target
+        dft: Drafter = parts(eng).drafter
+        tgt = parts(eng).target
         tgt.set_taps_active(True)
         prompt = eng.tokenize("the quick brown fox jumps over")
         tgt.clear()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import localspec
+from localspec.lowlevel import parts
 from localspec.options import RuntimeOptions
 from localspec.taps import GRAPH, STAGING
 from localspec.target import Target
@@ -110,7 +111,7 @@ def test_callback_taps_equal_an_independent_reference(foreign, arch) -> None:
 def test_speculation_on_untappable_architectures_is_plain_greedy(foreign, arch, mode) -> None:
     target, draft = foreign[arch]
     with localspec.load(target, draft=draft, **EXACT) as eng:
-        assert eng.target.tap_route == GRAPH and eng.draft_variant == "EAGLE-3.1"
+        assert parts(eng).target.tap_route == GRAPH and eng.draft_variant == "EAGLE-3.1"
         for prompt in ("the quick brown fox jumps", "Once upon a time, there was"):
             c = eng.complete(prompt, max_tokens=50, **mode)
             assert len(c.tokens) == 50

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+
+import pytest
 
 from localspec import hardware
 
@@ -32,8 +35,36 @@ def test_without_topology_every_allowed_cpu_counts(tmp_path, monkeypatch) -> Non
     assert hardware.physical_cores(str(tmp_path)) == 3
 
 
-def test_the_engine_default_uses_it(models) -> None:
+def _cpuinfo_cores(allowed: set[int]) -> int | None:
+    """Physical cores among the allowed CPUs, counted from /proc/cpuinfo's (physical id,
+    core id) pairs, a source independent of the sysfs files physical_cores reads; None where
+    cpuinfo lacks them (ARM, macOS)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            blocks = fh.read().strip().split("\n\n")
+    except OSError:
+        return None
+    cores = set()
+    for block in blocks:
+        fields: dict[str, str] = {}
+        for ln in block.splitlines():
+            key, sep, value = ln.partition(":")
+            if sep:
+                fields[key.strip()] = value.strip()
+        if "core id" not in fields or "processor" not in fields:
+            return None
+        if int(fields["processor"]) in allowed:
+            cores.add((fields.get("physical id", "0"), fields["core id"]))
+    return len(cores) or None
+
+
+def test_physical_cores_agree_with_cpuinfo() -> None:
+    allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    expected = _cpuinfo_cores(allowed) if sys.platform.startswith("linux") else None
+    if expected is None:
+        pytest.skip("no core ids in /proc/cpuinfo here")
+    assert hardware.physical_cores() == expected
+    # the engine's default thread count is that count
     from localspec.options import RuntimeOptions
 
-    assert RuntimeOptions().checked().n_threads == hardware.physical_cores()
-    assert 1 <= hardware.physical_cores() <= (os.cpu_count() or 1)
+    assert RuntimeOptions().checked().n_threads == expected

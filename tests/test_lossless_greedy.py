@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import localspec
+from localspec.lowlevel import parts
 
 import tinymodels as tm
 from conftest import EXACT
@@ -98,7 +99,7 @@ def bigram_accepts(prompt: bytes, out: list[int], k: int, break_at: int | None) 
 def test_agreeing_drafter_accepts_every_draft(agree) -> None:
     target, draft = agree
     with localspec.load(target, draft=draft, **EXACT) as eng:
-        evs = list(eng.generate("abc", max_tokens=200, n_draft=6))
+        evs = list(eng.complete_stream("abc", max_tokens=200, n_draft=6))
         spec = eng.last_stats
         tokens = [t for ev in evs for t in ev.tokens]
         assert bytes(tokens).startswith(b"defghijklmnopqrstuvwxyzabc")
@@ -111,7 +112,7 @@ def test_agreeing_drafter_accepts_every_draft(agree) -> None:
 def test_partly_agreeing_drafter_accepts_exactly_what_it_can(tmp_path) -> None:
     target, draft = tm.write_agreeing_pair(str(tmp_path), break_at=ord("m"))
     with localspec.load(target, draft=draft, **EXACT) as eng:
-        evs = list(eng.generate("abc", max_tokens=150, n_draft=5))
+        evs = list(eng.complete_stream("abc", max_tokens=150, n_draft=5))
         tokens = [t for ev in evs for t in ev.tokens]
         per_step = [sum(ev.accepted) for ev in evs[1:]]
         assert per_step == bigram_accepts(b"abc", tokens, 5, ord("m"))
@@ -139,7 +140,7 @@ def test_drafter_without_localspec_keys_loads(models, tmp_path) -> None:
     """A file as llama.cpp's own converter writes it: no recorded target, plain EAGLE-3."""
     path = tm.write_drafter(str(tmp_path / "llamacpp.gguf"), models["target"], localspec_keys=False)
     with localspec.load(models["target"], draft=path, **EXACT) as eng:
-        assert eng.drafter.spec.target_record["vocab_fingerprint"] is None
-        assert eng.drafter.spec.variant == "EAGLE-3"
+        assert parts(eng).drafter.spec.target_record["vocab_fingerprint"] is None
+        assert parts(eng).drafter.spec.variant == "EAGLE-3"
         spec = eng.complete("hello there", max_tokens=50, n_draft=3)
         assert_greedy_lossless(eng, "hello there", spec)

@@ -7,6 +7,7 @@ import pytest
 
 from localspec import _native as N
 from localspec.errors import NativeLibraryError
+from localspec.lowlevel import parts
 
 import tinymodels as tm
 
@@ -22,7 +23,7 @@ def test_every_staging_function_does_its_job(agree) -> None:
 
     target, draft = agree
     with localspec.load(target, draft=draft, **EXACT) as eng:
-        tgt, dft = eng.target, eng.drafter
+        tgt, dft = parts(eng).target, parts(eng).drafter
         d = tgt.n_embd
         eye = np.eye(tm.N_VOCAB, d, dtype=np.float32)
         toks = list(b"hello")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import localspec
+from localspec.lowlevel import parts
 
 from conftest import EXACT
 from greedy import F32_MARGIN, replay_plain_greedy
@@ -112,8 +113,8 @@ def test_acceptance_equals_a_fresh_engines_on_an_agreeing_pair(agree) -> None:
             ids, plain = chat(warm, msgs, max_tokens=50, n_draft=0)
             msgs.append({"role": "assistant", "content": plain.text})
             assert plain.stats.cached_tokens == len(ids) - 1
-            covered = warm.drafter.next_pos
-            assert covered == len(ids) - 1 < warm.target.n
+            covered = parts(warm).drafter.next_pos
+            assert covered == len(ids) - 1 < parts(warm).target.n
 
 
 def test_edit_regenerate_and_prefix_prompts(pair) -> None:
@@ -150,7 +151,7 @@ def test_stopped_failed_and_full_calls_leave_a_usable_cache(pair, models) -> Non
     warm.reset()
     msgs = [{"role": "user", "content": "Tell me about the sea."}]
     # stopped after two events (Esc in the chat): the tokens emitted so far are cached
-    events = warm.chat(msgs, max_tokens=60, n_draft=4)
+    events = warm.chat_stream(msgs, max_tokens=60, n_draft=4)
     shown = [next(events), next(events)]
     events.close()
     text = "".join(ev.text for ev in shown)
@@ -187,7 +188,7 @@ def test_a_failed_step_empties_the_caches(pair, monkeypatch) -> None:
     with pytest.raises(GenerationError):
         warm.complete("the quick brown fox jumps", max_tokens=10, n_draft=2)
     monkeypatch.setattr(Target, "decode", decode)
-    assert warm.target.n == 0  # nothing half-written is trusted
+    assert parts(warm).target.n == 0  # nothing half-written is trusted
     got = warm.complete("the quick brown fox jumps", max_tokens=10, n_draft=2)
     assert got.stats.cached_tokens == 0
     replay_plain_greedy(warm, warm.tokenize("the quick brown fox jumps"), got.tokens,
@@ -199,14 +200,14 @@ def test_reset_and_superseded_calls(pair) -> None:
     warm.complete("hello", max_tokens=5)
     warm.reset()
     assert warm.complete("hello", max_tokens=5).stats.cached_tokens == 0
-    first = warm.generate("hello", max_tokens=50, n_draft=2)
+    first = warm.complete_stream("hello", max_tokens=50, n_draft=2)
     next(first)
     second = warm.complete("hello world", max_tokens=5, n_draft=2)  # supersedes the first
     assert second.stats.cached_tokens > 0
     with pytest.raises(localspec.GenerationError, match="superseded"):
         next(first)
     # reset() empties the history under a live generation: it must stop, not go on without it
-    third = warm.generate("hello", max_tokens=50, n_draft=2)
+    third = warm.complete_stream("hello", max_tokens=50, n_draft=2)
     next(third)
     warm.reset()
     with pytest.raises(localspec.GenerationError, match="superseded"):
@@ -221,12 +222,12 @@ def test_after_auto_wakes_the_next_call_drafts_as_a_fresh_engine(pair) -> None:
     warm.reset()
     p1 = warm.tokenize("the quick brown fox jumps over the lazy dog and more words here")
     done = warm.complete(p1, max_tokens=20, n_draft=3)
-    warm.drafter.restart(warm.target.n)  # what waking does
+    parts(warm).drafter.restart(parts(warm).target.n)  # what waking does
     prompt = p1 + done.tokens + warm.tokenize(" again", add_special=False)
     got = warm.propose(prompt, k=6)
     cold.reset()
     assert got == cold.propose(prompt, k=6)
-    assert warm.drafter.start == 0
+    assert parts(warm).drafter.start == 0
 
 
 def test_the_drafter_cache_mirrors_the_targets(pair) -> None:
@@ -237,5 +238,5 @@ def test_the_drafter_cache_mirrors_the_targets(pair) -> None:
         msgs.append({"role": "user", "content": turn})
         _, got = chat(warm, msgs, max_tokens=25, n_draft=4)
         # fed every step: one queued or written pair per target position
-        assert warm.drafter.next_pos == warm.target.n
+        assert parts(warm).drafter.next_pos == parts(warm).target.n
         msgs.append({"role": "assistant", "content": got.text})

@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from localspec.lowlevel import parts
+
 import realmodels
 from cpp_pass import llama_cpp_pass
 
@@ -78,7 +80,7 @@ def test_speculation_on_a_real_untappable_target_is_plain_greedy(find, prompt, t
     target = find()
     draft = tm.random_drafter_for(target, str(tmp_path / "random.eagle3.gguf"))
     with localspec.load(target, draft=draft, n_threads=2, n_ctx=1024) as eng:
-        assert eng.target.tap_route == "graph callback"
+        assert parts(eng).target.tap_route == "graph callback"
         for mode in ({"n_draft": 3}, {"tree": (3, 2, 6)}):
             c = eng.complete(prompt, max_tokens=128, **mode)
             assert len(c.tokens) == 128 or c.finish_reason == "eos"

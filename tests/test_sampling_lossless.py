@@ -10,6 +10,7 @@ import pytest
 
 import localspec
 from localspec import speculative
+from localspec.lowlevel import parts
 from localspec.sampling import SamplingParams, probs
 
 import tinymodels as tm
@@ -30,7 +31,7 @@ def exact_distribution(eng, prompt: list[int], sp_kw: dict = SP) -> dict[tuple[i
     """P(t1, t2, t3) from the target's own logits, one context at a time (a sequence ends
     early at an end-of-generation token, which is not emitted)."""
     sp = SamplingParams(**sp_kw)
-    tgt = eng.target
+    tgt = parts(eng).target
     tgt.set_taps_active(False)
 
     def dist(ctx: list[int]) -> np.ndarray:
@@ -46,7 +47,7 @@ def exact_distribution(eng, prompt: list[int], sp_kw: dict = SP) -> dict[tuple[i
                 continue
             p = dist(prompt + list(seq))
             for t in np.nonzero(p)[0]:
-                key = (*seq, -1) if eng.eog[t] else (*seq, int(t))
+                key = (*seq, -1) if parts(eng).eog[t] else (*seq, int(t))
                 nxt[key] = nxt.get(key, 0.0) + pr * p[t]
         out = nxt
     return out

@@ -5,8 +5,11 @@ never send."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +22,8 @@ import openai
 import pytest
 
 import localspec
+from localspec.errors import InvalidParameterError
+from localspec.options import MAX_DRAFT, check_n_draft, check_stops, check_tree
 from localspec.server import create_app
 from localspec.server.run import base_url, listen, make_server
 
@@ -39,21 +44,31 @@ class Recorder:
         self.delay = 0.0
         self.fail_at_start = False
         self.fail_after: int | None = None  # events
+        self.notes: list[str] = []  # added to last_stats.notes (the engine's own, if any)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._eng, name)
 
-    def generate(self, prompt: Any, **kw: Any) -> Iterator[localspec.Event]:
-        return self._record(lambda: self._eng.generate(prompt, **kw), prompt)
+    @property
+    def last_stats(self) -> Any:
+        stats = self._eng.last_stats
+        if self.notes:
+            stats.notes = [*stats.notes, *self.notes]
+        return stats
 
-    def chat(self, messages: Any, **kw: Any) -> Iterator[localspec.Event]:
-        return self._record(lambda: self._eng.chat(messages, **kw), messages)
+    def complete_stream(self, prompt: Any, **kw: Any) -> Iterator[localspec.Event]:
+        return self._record(lambda: self._eng.complete_stream(prompt, **kw), prompt, kw)
 
-    def _record(self, start: Callable[[], Iterator[localspec.Event]], what: Any) -> Any:
+    def chat_stream(self, messages: Any, **kw: Any) -> Iterator[localspec.Event]:
+        return self._record(lambda: self._eng.chat_stream(messages, **kw), messages, kw)
+
+    def _record(
+        self, start: Callable[[], Iterator[localspec.Event]], what: Any, kw: dict[str, Any]
+    ) -> Any:
         if self.fail_at_start:
             raise RuntimeError("boom at start")
         events = start()  # validation errors surface here, as from the engine
-        rec = {"what": what, "tokens": 0, "reason": None, "done": False}
+        rec = {"what": what, "kw": kw, "tokens": 0, "ids": [], "reason": None, "done": False}
         self.log.append(rec)
         return self._events(events, rec)
 
@@ -64,6 +79,7 @@ class Recorder:
                     raise RuntimeError("boom mid-generation")
                 time.sleep(self.delay)
                 rec["tokens"] += len(ev.tokens)
+                rec["ids"] += ev.tokens
                 rec["reason"] = ev.finish_reason
                 yield ev
         finally:
@@ -117,9 +133,9 @@ def url(engine) -> Iterator[str]:
 
 @pytest.fixture
 def rec(engine) -> Iterator[Recorder]:
-    engine.delay, engine.fail_at_start, engine.fail_after = 0.0, False, None
+    engine.delay, engine.fail_at_start, engine.fail_after, engine.notes = 0.0, False, None, []
     yield engine
-    engine.delay, engine.fail_at_start, engine.fail_after = 0.0, False, None
+    engine.delay, engine.fail_at_start, engine.fail_after, engine.notes = 0.0, False, None, []
 
 
 @pytest.fixture
@@ -146,6 +162,7 @@ def health(url: str) -> dict[str, Any]:
 
 
 def test_chat(client, engine) -> None:
+    engine.reset()  # an empty cache: nothing can be reused, whatever ran before
     r = client.chat.completions.create(
         model="whatever-name",
         messages=CHAT,
@@ -163,7 +180,7 @@ def test_chat(client, engine) -> None:
     n_prompt = len(engine.tokenize(prompt, add_special=False, parse_special=True))
     u = r.usage
     assert (u.prompt_tokens, u.completion_tokens, u.total_tokens) == (n_prompt, 10, n_prompt + 10)
-    assert u.prompt_tokens_details.cached_tokens is not None
+    assert u.prompt_tokens_details.cached_tokens == 0
     t = r.model_extra["timings"]
     assert t["mode"] == "chain 4" and set(t["shapes"]) <= {
         "chain 4",
@@ -178,6 +195,17 @@ def test_chat(client, engine) -> None:
     for k in ("prompt_ms", "predicted_ms", "target_ms", "draft_ms", "glue_ms"):
         assert t[k] >= 0
     assert t["predicted_per_second"] > 0
+    assert t["notes"] == []  # the request was honoured as asked
+    assert t["auto"] is None  # a fixed chain: auto chose nothing
+
+    again = client.chat.completions.create(
+        model="x", messages=CHAT, max_tokens=10, temperature=0, extra_body={"n_draft": 4}
+    )
+    # the same prompt again: all of it is in the cache, but its last token is decoded again
+    # for the logits of the first new token (Target.reusable)
+    assert again.usage.prompt_tokens_details.cached_tokens == n_prompt - 1
+    assert again.model_extra["timings"]["cache_n"] == n_prompt - 1
+    assert again.choices[0].message.content == LETTERS[:10]
 
 
 def test_a_message_name_is_accepted_and_changes_nothing(client) -> None:
@@ -303,15 +331,25 @@ def _chat(sampling: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_second_turn_reuses_the_prompt_cache(client) -> None:
+    # plain decoding (n_draft 0) for an exact count: the cache then holds the first prompt and
+    # every answer token but the last, which is emitted without being decoded
+    def plain(msgs: list[dict[str, str]]) -> Any:
+        return client.chat.completions.create(
+            model="x", messages=msgs, max_tokens=8, temperature=0, extra_body={"n_draft": 0}
+        )
+
     msgs: list[dict[str, str]] = [{"role": "user", "content": "abc"}]
-    first = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0)
+    first = plain(msgs)
+    assert first.choices[0].message.content == LETTERS[:8]
     msgs += [
         {"role": "assistant", "content": first.choices[0].message.content or ""},
         {"role": "user", "content": "more"},
     ]
-    second = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0)
+    second = plain(msgs)
     cached = second.usage.prompt_tokens_details.cached_tokens
-    assert cached > 0, "the second turn should reuse the first turn's prompt from the cache"
+    # the template writes the answer back as the same tokens (one per letter), so the second
+    # prompt extends the cached history: all of it is reused
+    assert cached == first.usage.prompt_tokens + first.usage.completion_tokens - 1
     assert cached < second.usage.prompt_tokens
     assert second.model_extra["timings"]["cache_n"] == cached
 
@@ -412,13 +450,37 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     (
         "image part",
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-        "messages[0].content",
+        "messages[0].content[0].type",
     ),
+    (
+        "text part without text",
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "messages[0].content[0].text",
+    ),
+    (
+        "part without a type",
+        {"messages": [{"role": "user", "content": [{"text": "x"}]}]},
+        "messages[0].content[0].type",
+    ),
+    (
+        "unknown part type",
+        {"messages": [{"role": "user", "content": [{"type": "video", "video": "x"}]}]},
+        "messages[0].content[0].type",
+    ),
+    (
+        "text part with an unknown field",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "x", "y": 1}]}]},
+        "messages[0].content[0].y",
+    ),
+    ("null content", {"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+    ("part a number", {"messages": [{"role": "user", "content": [5]}]}, "messages[0].content[0]"),
     ("temperature a string", _chat_body(temperature="hot"), "temperature"),
     ("max_tokens a string", _chat_body(max_tokens="5"), "max_tokens"),
     ("stream a string", _chat_body(stream="yes"), "stream"),
     ("stop a number", _chat_body(stop=5), "stop"),
+    ("stop an object", _chat_body(stop={"x": 1}), "stop"),
     ("empty stop", _chat_body(stop=[""]), "stop"),
+    ("17 stops", _chat_body(stop=list(LETTERS[:17])), "stop"),
     ("unknown field", _chat_body(frobnicate=1), "frobnicate"),
     ("temperature 5", _chat_body(temperature=5), "temperature"),
     ("negative max_tokens", _chat_body(max_tokens=-1), "max_tokens"),
@@ -428,6 +490,8 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ("negative seed", _chat_body(seed=-5), "seed"),
     ("n_draft 99", _chat_body(n_draft=99), "n_draft"),
     ("n_draft a word", _chat_body(n_draft="many"), "n_draft"),
+    ("n_draft 3.0", _chat_body(n_draft=3.0), "n_draft"),
+    ("n_draft true", _chat_body(n_draft=True), "n_draft"),
     ("tree 0,0,0", _chat_body(tree="0,0,0"), "tree"),
     ("tree of two", _chat_body(tree=[2, 2]), "tree"),
 ]
@@ -443,6 +507,222 @@ def test_malformed_requests_get_400(url, rec, what, body, param) -> None:
     assert err["param"] == param
 
 
+def _error(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+    return err
+
+
+NDRAFT_MESSAGE = f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}], got '
+
+
+@pytest.mark.parametrize(
+    "body,param,message",
+    [
+        (_chat_body(n_draft=3.0), "n_draft", NDRAFT_MESSAGE + '3.0'),
+        (_chat_body(n_draft="3"), "n_draft", NDRAFT_MESSAGE + '"3"'),
+        (_chat_body(n_draft=True), "n_draft", NDRAFT_MESSAGE + 'true'),
+        (
+            {"messages": [CHAT[0], {"role": "user", "content": [{"type": "text"}]}]},
+            "messages[1].content[0].text",
+            "content part 0 of messages[1] has type 'text' but no 'text' field",
+        ),
+        (
+            {"messages": [{"role": "user", "content": 5}]},
+            "messages[0].content",
+            "messages[0].content must be a string or a list of content parts, got 5",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+            "messages[0].content[0].text",
+            "content part 0 of messages[0]: 'text' must be a string, got 5",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}
+            ]}]},
+            "messages[0].content[1].type",
+            "unsupported content part type 'image_url' in content part 1 of messages[0]: "
+            "localspec serve takes text only",
+        ),
+    ],
+    ids=["n_draft 3.0", "n_draft '3'", "n_draft true", "no text", "content 5", "text 5", "image"],
+)  # fmt: skip
+def test_error_messages_name_the_real_problem(url, rec, body, param, message) -> None:
+    err = _error(post(url, "/v1/chat/completions", body))
+    assert (err["param"], err["message"]) == (param, message)
+
+
+def _engine_verdict(field: str, value: Any) -> str | None:
+    """The engine's own check's message for this value, None when it accepts it."""
+    check = {"n_draft": check_n_draft, "tree": check_tree, "stop": check_stops}[field]
+    try:
+        check(value)
+    except InvalidParameterError as exc:
+        return str(exc)
+    return None
+
+
+ENGINE_CHECKED: list[tuple[str, Any]] = [
+    *[("n_draft", v) for v in ("auto", 0, 5, MAX_DRAFT, MAX_DRAFT + 1, -1, 3.0, "3", True, [4])],
+    *[
+        ("tree", v)
+        for v in ("2,2,4", [2, 2, 4], [3, 1, 3], "0,1,1", [1, 9, 4], [2, 2], "a,b,c", [2.0, 2, 4])
+    ],
+    *[("tree", v) for v in (7, [2, 2, 63], {"depth": 2})],
+    *[("stop", v) for v in ("x", ["x", "y"], [], [""], [5], "", 5, {"x": 1}, [None])],
+]
+
+
+@pytest.mark.parametrize(
+    "field,value", ENGINE_CHECKED, ids=[f"{f}={json.dumps(v)}" for f, v in ENGINE_CHECKED]
+)
+def test_n_draft_tree_and_stop_are_judged_as_the_engine_judges_them(url, rec, field, value) -> None:
+    verdict = _engine_verdict(field, value)
+    # the engine's own calls use the same checks: they refuse exactly these values
+    try:
+        rec._eng.complete_stream("abc", max_tokens=1, **{field: value}).close()
+    except InvalidParameterError as exc:
+        assert str(exc) == verdict
+    else:
+        assert verdict is None
+    r = post(url, "/v1/chat/completions", {**_chat_body(max_tokens=1, temperature=0), field: value})
+    if verdict is None:
+        assert r.status_code == 200, r.text
+        return
+    err = _error(r)
+    assert err["param"] == field
+    if field == "n_draft":  # reworded to name both forms, with the JSON value
+        assert err["message"].startswith(NDRAFT_MESSAGE)
+    else:  # the engine's message, prefixed with the field when it does not name it
+        assert err["message"] in (verdict, f"{field}: {verdict}")
+
+
+def test_openais_own_response_message_can_be_sent_back(client) -> None:
+    first = client.chat.completions.create(model="x", messages=CHAT, max_tokens=4, temperature=0)
+    message = first.choices[0].message
+    dumped = message.model_dump()
+    # what clients send back: the response's fields, unused ones null
+    assert {"refusal", "tool_calls", "annotations", "audio", "function_call"} <= set(dumped)
+    assert all(dumped[k] is None for k in ("refusal", "tool_calls", "annotations", "audio"))
+    more = {"role": "user", "content": "more"}
+    plain = {"role": "assistant", "content": message.content}
+    want = client.chat.completions.create(
+        model="x", messages=[*CHAT, plain, more], max_tokens=3, temperature=0
+    )
+    # the dict with its nulls, and the message object itself (serialised by the client)
+    for back in (dumped, message):
+        r = client.chat.completions.create(
+            model="x",
+            messages=[*CHAT, back, more],  # type: ignore[list-item]
+            max_tokens=3,
+            temperature=0,
+        )
+        assert r.choices[0].message.content == want.choices[0].message.content
+        assert r.usage.prompt_tokens == want.usage.prompt_tokens  # the same prompt
+
+
+def test_null_and_empty_fields_ask_for_nothing(url, rec) -> None:
+    def ask(body: dict[str, Any]) -> dict[str, Any]:
+        r = post(url, "/v1/chat/completions", {"max_tokens": 3, "temperature": 0, **body})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    bare = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "abc"},
+        {"role": "assistant", "content": "def"},
+        {"role": "user", "content": "abc"},
+    ]
+    nulls = [
+        {"role": "system", "content": [{"type": "text", "text": "be brief"}], "name": None},
+        {"role": "user", "content": [{"type": "text", "text": "ab"},
+                                     {"type": "text", "text": "c"}]},
+        {"role": "assistant", "content": "def", "tool_calls": [], "refusal": None,
+         "annotations": [], "audio": None, "function_call": None},
+        {"role": "user", "content": "abc", "name": "bob"},
+    ]  # fmt: skip
+    want = ask({"messages": bare})
+    got = ask(
+        {
+            "messages": nulls,
+            "stream": None,
+            "stream_options": None,
+            "stop": None,
+            "n_draft": None,
+            "tree": None,
+            "seed": None,
+            "tools": [],
+            "tool_choice": None,
+            "functions": None,
+            "logprobs": None,
+            "user": None,
+        }
+    )
+    assert got["choices"][0]["message"] == want["choices"][0]["message"]
+    assert got["usage"]["prompt_tokens"] == want["usage"]["prompt_tokens"]
+    # and a null stream is a whole answer, not a stream
+    assert got["object"] == "chat.completion"
+
+
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+REFUSED_MESSAGES: list[tuple[str, dict[str, Any], str]] = [
+    ("tool calls", {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}, "tool_calls"),
+    ("function call", {"role": "assistant", "function_call": {"name": "f"}}, "function_call"),
+    ("tool role", {"role": "tool", "content": "42", "tool_call_id": "c1"}, "role"),
+    ("function role", {"role": "function", "content": "42", "name": "f"}, "role"),
+    ("audio reference", {"role": "assistant", "content": "x", "audio": {"id": "a1"}}, "audio"),
+    ("refusal", {"role": "assistant", "content": None, "refusal": "I can't"}, "refusal"),
+    (
+        "audio content",
+        {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": ""}}]},
+        "content[0].type",
+    ),
+    (
+        "refusal part",
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+        "content[0].type",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "what,message,param", REFUSED_MESSAGES, ids=[m[0] for m in REFUSED_MESSAGES]
+)
+def test_what_changes_a_messages_meaning_is_refused_by_name(url, rec, what, message, param) -> None:
+    err = _error(post(url, "/v1/chat/completions", _chat_body(messages=[*CHAT, message])))
+    assert err["param"] == f"messages[1].{param}"
+    assert err["code"] == "unsupported_parameter"
+    assert "not supported" in err["message"] or "unsupported" in err["message"]
+
+
+def test_notes_from_the_engine_reach_the_timings(client, rec) -> None:
+    rec.notes = ["a note from the engine"]
+    r = client.chat.completions.create(model="x", messages=CHAT, max_tokens=3, temperature=0)
+    assert r.model_extra["timings"]["notes"] == ["a note from the engine"]
+    chunks = list(
+        client.completions.create(model="x", prompt="abc", max_tokens=3, temperature=0, stream=True)
+    )
+    assert chunks[-1].model_extra["timings"]["notes"] == ["a note from the engine"]
+
+
+def test_n_draft_or_tree_without_a_drafter_runs_plain_and_says_so(agree) -> None:
+    target, _ = agree
+    with localspec.load(target, draft=False, **OPTS) as eng, running(eng) as u:
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=30)
+        for extra in ({"n_draft": 4}, {"tree": "2,2,4"}):
+            r = client.chat.completions.create(
+                model="x", messages=CHAT, max_tokens=5, temperature=0, extra_body=extra
+            )
+            assert r.choices[0].message.content == LETTERS[:5]
+            t = r.model_extra["timings"]
+            assert t["mode"] == "plain" and t["draft_n"] == 0
+            assert t["notes"] == eng.last_stats.notes
+            assert len(t["notes"]) == 1 and "runs plain decoding" in t["notes"][0], extra
+
+
 def test_completion_prompt_errors(url, rec) -> None:
     for body, param in [
         ({"prompt": ["a", "b"]}, "prompt"),
@@ -453,7 +733,8 @@ def test_completion_prompt_errors(url, rec) -> None:
         r = post(url, "/v1/completions", body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     r = post(url, "/v1/completions", {"prompt": [97, 100000]})  # not a token id
-    assert r.status_code == 400 and "token ids" in r.json()["error"]["message"]
+    err = _error(r)
+    assert "token ids" in err["message"] and err["param"] == "prompt"
 
 
 def test_prompt_longer_than_the_context(url, client, rec) -> None:
@@ -557,7 +838,7 @@ def test_queue_bound_and_health_during_generation(url, client, rec) -> None:
     assert b["value"].choices[0].message.content == "abc"
 
 
-def test_disconnect_mid_stream_stops_the_generation(url, client, rec) -> None:
+def test_disconnect_mid_stream_stops_the_generation(url, client, rec, server_log) -> None:
     rec.delay = 0.02
     n_before = len(rec.log)
     a = _slow_stream(url, 400)
@@ -577,9 +858,10 @@ def test_disconnect_mid_stream_stops_the_generation(url, client, rec) -> None:
     assert first["done"] and first["reason"] is None  # closed between steps, not finished
     assert first["tokens"] < 400
     assert second["reason"] == "length"
+    _assert_clean(server_log)
 
 
-def test_request_that_leaves_while_queued_never_runs(url, rec) -> None:
+def test_request_that_leaves_while_queued_never_runs(url, rec, server_log) -> None:
     rec.delay = 0.02
     n_before = len(rec.log)
     a = _slow_stream(url, 400)
@@ -594,6 +876,7 @@ def test_request_that_leaves_while_queued_never_runs(url, rec) -> None:
     wait_until(lambda: not health(url)["busy"], "the first request to stop")
     assert [r["what"] for r in rec.log[n_before:]] == [rec.log[n_before]["what"]]
     assert all(r["what"] != "queued" for r in rec.log)
+    _assert_clean(server_log)
 
 
 def test_shutdown_ends_open_requests_instead_of_cutting_them(engine, rec) -> None:
@@ -608,6 +891,86 @@ def test_shutdown_ends_open_requests_instead_of_cutting_them(engine, rec) -> Non
         b_thread.join(30)
     assert lines[-1] == "data: [DONE]" and '"code":"shutting_down"' in lines[-2]
     assert b["value"].status_code == 503 and b["value"].json()["error"]["code"] == "shutting_down"
+
+
+def test_max_queue_0_runs_one_and_refuses_any_that_would_wait(engine, rec) -> None:
+    with running(engine, max_queue=0) as u:
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=30)
+        # idle: served, whole and streamed
+        r = client.chat.completions.create(model="x", messages=CHAT, max_tokens=3, temperature=0)
+        assert r.choices[0].message.content == "abc"
+        stream = client.chat.completions.create(
+            model="x", messages=CHAT, max_tokens=3, temperature=0, stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream) == "abc"
+        rec.delay = 0.02  # 400 plain steps take 8 s
+        a = _slow_stream(u, 400, key=None)
+        try:
+            wait_until(lambda: health(u)["busy"], "the first request to run")
+            r2 = post(u, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 3}, key=None)
+            assert r2.status_code == 503, r2.text
+            err = r2.json()["error"]
+            assert err["code"] == "queue_full" and "0 of at most 0" in err["message"]
+            assert health(u) == {"status": "ok", "busy": True, "queued": 0}
+        finally:
+            a.close()
+        rec.delay = 0.0
+        wait_until(lambda: not health(u)["busy"], "the first request to stop")
+        r = client.chat.completions.create(model="x", messages=CHAT, max_tokens=3, temperature=0)
+        assert r.choices[0].message.content == "abc"
+
+
+@pytest.fixture
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """Warnings and errors logged while the test runs, by the server (localspec.server),
+    uvicorn (whose loggers do not propagate to the root) or asyncio."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in ("", "uvicorn")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def _assert_clean(records: list[logging.LogRecord]) -> None:
+    gc.collect()  # asyncio reports a task whose exception nobody read when it is collected
+    lines = [f"{r.name}: {r.getMessage()}" for r in records]
+    assert not lines, lines
+    assert not any(r.exc_info for r in records)
+
+
+def test_client_that_gives_up_on_a_whole_answer_stops_it_with_a_clean_log(
+    url, rec, server_log
+) -> None:
+    rec.delay = 0.02  # 400 plain steps take 8 s
+    n_before = len(rec.log)
+    body = json.dumps({"messages": CHAT, "max_tokens": 400, "n_draft": 0}).encode()
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        wait_until(lambda: len(rec.log) > n_before, "the generation to start")
+    # the client has gone (the socket is closed) while its whole answer generates
+    wait_until(lambda: rec.log[n_before]["done"], "the generation to stop", timeout=6)
+    run = rec.log[n_before]
+    assert run["reason"] is None and run["tokens"] < 400  # stopped between steps
+    wait_until(lambda: not health(url)["busy"], "the worker to be free")
+    rec.delay = 0.0
+    r = post(url, "/v1/chat/completions", _chat_body(temperature=0))
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ab"
+    _assert_clean(server_log)
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -664,3 +1027,16 @@ def test_serve_command_errors_are_one_line(agree, tmp_path) -> None:
             assert proc.returncode == 1, (args, err)
             assert err.startswith("localspec: error:") and err.count("\n") == 1, (args, err)
             assert needle in err, (args, err)
+
+
+def test_auto_says_why_in_the_timings(models) -> None:
+    """The statistics extension carries auto's reason, as Stats.auto gives it."""
+    with localspec.load(models["target"], draft=models["draft"], **OPTS) as eng, running(eng) as u:
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=60)
+        r = client.chat.completions.create(model="x", messages=CHAT, max_tokens=8)
+        t = r.model_extra["timings"]
+        want = eng.last_stats.auto
+    assert t["mode"] == "auto" and want is not None
+    assert t["auto"] == json.loads(json.dumps(want.as_dict()))
+    assert t["auto"]["reason"].startswith("auto ")
+

@@ -8,6 +8,7 @@ import pytest
 
 import localspec
 from localspec import discovery
+from localspec.lowlevel import parts
 
 import tinymodels as tm
 from greedy import QUANT_MARGIN, assert_greedy_lossless, replay_plain_greedy
@@ -60,7 +61,7 @@ def test_chat_is_llama_cpp_pythons_greedy(pair, flash_attn) -> None:
         llm = Llama(target, n_ctx=2048, n_threads=2, verbose=False, flash_attn=flash_attn)
         theirs = []
         for tok in llm.generate(prompt_tokens, temp=0.0, top_k=1, reset=True):
-            if eng.eog[tok] or len(theirs) == 60:
+            if parts(eng).eog[tok] or len(theirs) == 60:
                 break
             theirs.append(tok)
         llm.close()
@@ -74,7 +75,7 @@ def test_default_pair_ships_a_trained_drafter_that_is_lossless_and_accepts() -> 
     it is lossless on real prompts and accepts far more than a random drafter (tau ~1.0)."""
     smollm2_path()
     with localspec.load(n_threads=2, n_ctx=2048) as eng:
-        assert eng.drafter is not None
+        assert parts(eng).drafter is not None
         assert eng.draft_path == discovery.bundled_drafter(eng.target_path)
         assert eng.draft_variant == "EAGLE-3.1"
         accepted = steps = 0

@@ -9,6 +9,7 @@ import pytest
 import localspec
 from localspec.errors import InvalidParameterError
 from localspec.generation import Generation
+from localspec.lowlevel import parts
 from localspec.sampling import SamplingParams
 from localspec.scheduler import Mode
 from localspec.tree import TreeShape, draft_tree
@@ -57,9 +58,11 @@ def test_tree_leaves_both_caches_clean(engines) -> None:
     c = eng.complete("abcdefgh", max_tokens=50, tree=(5, 4, 24), add_special=False)
     n = len(eng.tokenize("abcdefgh", add_special=False)) + len(c.tokens) - 1
     # the target holds exactly the committed tokens in sequence 0, no tree sequence survives
-    assert eng.target.ctx.seq_pos_max(0) == n - 1 == eng.target.n - 1
-    assert all(eng.target.ctx.seq_pos_max(s) == -1 for s in range(1, eng.target.gap_seq))
-    assert all(eng.drafter.ctx.seq_pos_max(s) == -1 for s in range(1, 17))
+    assert parts(eng).target.ctx.seq_pos_max(0) == n - 1 == parts(eng).target.n - 1
+    assert all(
+        parts(eng).target.ctx.seq_pos_max(s) == -1 for s in range(1, parts(eng).target.gap_seq)
+    )
+    assert all(parts(eng).drafter.ctx.seq_pos_max(s) == -1 for s in range(1, 17))
 
 
 def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
@@ -69,14 +72,13 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     tokens = eng.tokenize("Once upon a time")
     shape = TreeShape(4, 3, 14)
     gen = Generation(
-        eng, tokens, max_tokens=8, sampling=SamplingParams(), seed=0, stops=[],
-        mode=Mode("tree", shape),
+        parts(eng), tokens, lock=None, totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+        seed=0, stops=[], mode=Mode("tree", shape),
     )  # fmt: skip
-    eng._current = gen
-    gen.prefill()
-    tree = draft_tree(eng.drafter, shape)
+    gen.prefill()  # driven by hand, outside the engine's calls
+    tree = draft_tree(parts(eng).drafter, shape)
     assert len(tree.tokens) == 14 and max(tree.depths) >= 3
-    got = eng.target.verify_tree(gen.last, tree.tokens, tree.depths, tree.parents).copy()
+    got = parts(eng).target.verify_tree(gen.last, tree.tokens, tree.depths, tree.parents).copy()
 
     def path(i: int) -> list[int]:
         out = []
@@ -87,10 +89,10 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
 
     for row in range(15):
         ctx = [*tokens, gen.last] + (path(row - 1) if row else [])
-        eng.target.clear()
-        eng.target.decode(tokens, all_logits=False)
+        parts(eng).target.clear()
+        parts(eng).target.decode(tokens, all_logits=False)
         for t in ctx[len(tokens) :]:
-            want = eng.target.decode([t], all_logits=False)[0]
+            want = parts(eng).target.decode([t], all_logits=False)[0]
         np.testing.assert_allclose(got[row], want, atol=2e-4, rtol=1e-4)
     eng.reset()
 
@@ -163,8 +165,8 @@ def test_a_tree_near_the_end_of_the_context(models) -> None:
         models["target"], draft=models["draft31"], **{**EXACT, "n_ctx": 256}
     ) as eng:
         gaps, tokens = [], []
-        for ev in eng.generate("abc", max_tokens=1000, tree=(4, 3, 12)):
-            gaps.append(eng.target.gap_cells)
+        for ev in eng.complete_stream("abc", max_tokens=1000, tree=(4, 3, 12)):
+            gaps.append(parts(eng).target.gap_cells)
             tokens += ev.tokens
         assert ev.finish_reason == "context_full"
         assert len(tokens) == eng.n_ctx - len(eng.tokenize("abc")) + 1
@@ -179,10 +181,10 @@ def test_trees_in_a_small_batch_park_gap_cells_in_a_sequence_that_exists(models)
     gap sequence is the last one (it was a fixed 63, past n_seq_max, whenever n_batch < 64)."""
     opts = {**EXACT, "n_batch": 16, "draft_batch": 8}
     with localspec.load(models["target"], draft=models["draft31"], **opts) as eng:
-        assert eng.target.gap_seq == eng.max_tree + 1 == 15
+        assert parts(eng).target.gap_seq == parts(eng).max_tree + 1 == 15
         gaps, tokens = [], []
-        for ev in eng.generate("the quick brown fox", max_tokens=150, tree=(4, 3, 12)):
-            gaps.append(eng.target.gap_cells)
+        for ev in eng.complete_stream("the quick brown fox", max_tokens=150, tree=(4, 3, 12)):
+            gaps.append(parts(eng).target.gap_cells)
             tokens += ev.tokens
         assert max(gaps) > 0  # rejected nodes between accepted ones were parked
         replay_plain_greedy(eng, eng.tokenize("the quick brown fox"), tokens, margin=F32_MARGIN)

@@ -97,7 +97,7 @@ def stored(tmp_path, name: str = "history.sqlite") -> list[dict[str, str]]:
 def throttle(engine, seconds: float = 0.01) -> None:
     """Slow the engine's chats to about one event per `seconds` (the tiny model is so fast that
     it fills its context before a test can press a key)."""
-    real = engine.chat
+    real = engine.chat_stream
 
     def chat(*a, **kw):
         events = real(*a, **kw)
@@ -112,7 +112,7 @@ def throttle(engine, seconds: float = 0.01) -> None:
 
         return slow()
 
-    engine.chat = chat
+    engine.chat_stream = chat
 
 
 def fail_after(engine, n_events: int, error: str, real) -> None:
@@ -133,7 +133,7 @@ def fail_after(engine, n_events: int, error: str, real) -> None:
 
         return failing()
 
-    engine.chat = chat
+    engine.chat_stream = chat
 
 
 async def test_prompt_streams_reply_and_updates_stats(agree, tmp_path) -> None:
@@ -242,7 +242,7 @@ async def test_quit_mid_reply_waits_for_the_worker(agree, tmp_path) -> None:
 
     def factory(opts):
         eng = default_engine_factory(opts)
-        real_chat, real_close = eng.chat, eng.close
+        real_chat, real_close = eng.chat_stream, eng.close
 
         def chat(*a, **kw):
             events = real_chat(*a, **kw)
@@ -265,7 +265,7 @@ async def test_quit_mid_reply_waits_for_the_worker(agree, tmp_path) -> None:
             if not record["streaming"]:  # closing under a decode could crash the test run
                 real_close()
 
-        eng.chat, eng.close = chat, close
+        eng.chat_stream, eng.close = chat, close
         record["engine"] = eng
         return eng
 
@@ -458,7 +458,7 @@ async def test_failed_reply_shows_its_error_and_is_not_kept(agree, tmp_path) -> 
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await say(pilot, "first")
-        real_chat = app.engine.chat
+        real_chat = app.engine.chat_stream
         fail_after(app.engine, 0, "llama_decode failed on the target batch (code 1)", real_chat)
         await say(pilot, "boom")
         failed = replies(app)[-1]
@@ -472,7 +472,7 @@ async def test_failed_reply_shows_its_error_and_is_not_kept(agree, tmp_path) -> 
         assert failed.text and "out of memory mid-reply" in str(
             failed.query_one(".reply-error").render()
         )
-        app.engine.chat = real_chat
+        app.engine.chat_stream = real_chat
         await say(pilot, "again")
         assert replies(app)[-1].text.startswith("abc")
         history = app.session.history
@@ -511,6 +511,7 @@ def test_cli_prints_the_template_note_on_stderr(tmp_path, monkeypatch, capsys) -
         asyncio.run(go())
 
     monkeypatch.setattr(LocalspecApp, "run", headless)
+    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)  # pytest's stdin is not one
     monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
     assert cli.main(["chat", target, "--no-draft", "-t", "2"]) == 0
     err = capsys.readouterr().err
@@ -602,8 +603,9 @@ async def test_side_panel_labels_never_truncate(agree, tmp_path) -> None:
             await ready(pilot)
             await say(pilot, "Hi")
             lines = rendered(app.chat.query_one(StatsPanel))
-        for label in ("mode", "drafter", "tokens/s", "tau", "accepted", "accept %", "prompt",
-                      "prefill", "time", "vs plain"):  # fmt: skip
+        drafted = any("drafted" in line and "nothing" not in line for line in lines)
+        for label in ("mode", "drafter", "tokens/s", "accepted", "prompt", "prefill",
+                      "time", "vs plain", *(("tau", "accept %") if drafted else ())):  # fmt: skip
             assert any(line.startswith(label + " ") for line in lines), (width, label, lines)
         (drafter,) = [line for line in lines if line.startswith("drafter ")]
         assert "agree-drafter-with" in drafter and drafter.rstrip().endswith("…")
@@ -637,3 +639,25 @@ def test_data_dir_follows_env(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("LOCALSPEC_DATA_DIR")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert data_dir() == os.path.join(str(tmp_path / "xdg"), "localspec")
+
+
+async def test_panel_says_why_auto_runs_what_it_runs(agree, tmp_path) -> None:
+    """Auto's reason, in its cost model's numbers, reaches the side panel; plain replies say
+    that nothing was drafted rather than "0% accepted"."""
+    app = make_app(agree, tmp_path, n_draft="auto")
+    async with app.run_test(size=(170, 50)) as pilot:
+        await ready(pilot)
+        await say(pilot, "Hi")
+        snap = app.chat.query_one(StatsPanel).snapshot
+        lines = rendered(app.chat.query_one(StatsPanel))
+    auto = snap["auto"]
+    assert auto is not None and auto["brief"].split(":")[0] in ("plain", auto["choice"])
+    (why,) = [line for line in lines if line.startswith("why ")]
+    assert auto["brief"][:20] in why
+    app = make_app(agree, tmp_path, draft=False)  # the app runs k=0 itself: nothing to note
+    async with app.run_test(size=(170, 50)) as pilot:
+        await ready(pilot)
+        await say(pilot, "Hi")
+        lines = rendered(app.chat.query_one(StatsPanel))
+    assert not any(line.startswith(("note ", "why ")) for line in lines), lines
+    assert any("nothing drafted (plain steps)" in line for line in lines), lines

@@ -87,12 +87,23 @@ def test_footer_shows_reused_and_new_prompt_tokens() -> None:
 def test_panel_labels_keep_their_width_values_shrink() -> None:
     snap = {"mode": "auto (cost model)", "drafter": "x" * 200, "k": "auto", "tokens_per_s": 1.0,
             "shape": "plain 96%, chain 1 4%", "prompt_tokens": 5, "cached_tokens": 0,
-            "t_prefill": 0.1, "t_target": 1.0, "acceptance_at": [0.5]}  # fmt: skip
+            "t_prefill": 0.1, "t_target": 1.0, "acceptance_at": [0.5], "drafted": 4,
+            "accepted": 2, "auto": {"brief": "chain 1: expected 1.10x plain; drafter 50%"},
+            "notes": ["n_draft=3 runs plain decoding: speculation off"]}  # fmt: skip
     console = Console(width=39, record=True)
     console.print(StatsPanel.render_stats(snap))
     lines = console.export_text().splitlines()
-    for label in ("mode", "drafter", "tokens/s", "accepted", "accept %", "pos 1", "prompt",
-                  "prefill", "time", "vs plain"):  # fmt: skip
+    for label in ("mode", "drafter", "tokens/s", "why", "note", "accepted", "accept %", "pos 1",
+                  "prompt", "prefill", "time", "vs plain"):  # fmt: skip
         assert any(line.lstrip().startswith(label + " ") for line in lines), (label, lines)
     (drafter,) = [line for line in lines if line.startswith("drafter")]
     assert drafter.rstrip().endswith("…")
+
+
+def test_a_panel_without_drafts_says_so_instead_of_zero_percent() -> None:
+    """Plain steps draft nothing: "0% accepted" would read as a broken drafter."""
+    console = Console(width=60, record=True)
+    console.print(StatsPanel.render_stats({"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}))
+    text = console.export_text()
+    assert "nothing drafted" in text and "0%" not in text
+

@@ -65,7 +65,7 @@ def test_failed_reply_shows_its_error(agree, tmp_path, snap_compare) -> None:
         def failing(*a, **kw):
             raise GenerationError("llama_decode failed on the target batch (code 1)")
 
-        pilot.app.engine.chat = failing
+        pilot.app.engine.chat_stream = failing
         prompt = pilot.app.chat.query_one("#prompt")
         prompt.value = "Hi"
         prompt.focus()

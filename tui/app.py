@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from textual import work
 from textual.app import App
@@ -33,6 +33,9 @@ from .screens.help import HelpScreen
 from .session import ChatSession
 from .store import ChatStore, HistoryError, Turn
 from .summaries import reply_footer
+
+if TYPE_CHECKING:  # the engine module loads libllama: imported only where it is used
+    from localspec import Engine
 from .thread_gate import ThreadGate
 from .widgets.history_chart import HistoryChart
 from .widgets.message import MessageView
@@ -62,7 +65,7 @@ class ChatOptions:
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def default_engine_factory(o: ChatOptions) -> Any:
+def default_engine_factory(o: ChatOptions) -> Engine:
     from localspec import load
 
     kw: dict[str, Any] = dict(
@@ -77,7 +80,7 @@ def default_engine_factory(o: ChatOptions) -> Any:
 
 
 class EngineReady(Message):
-    def __init__(self, engine: Any, error: str | None) -> None:
+    def __init__(self, engine: Engine | None, error: str | None) -> None:
         super().__init__()
         self.engine, self.error = engine, error
 
@@ -117,14 +120,14 @@ class LocalspecApp(App[None]):
         self,
         options: ChatOptions,
         *,
-        engine_factory: Callable[[ChatOptions], Any] = default_engine_factory,
+        engine_factory: Callable[[ChatOptions], Engine] = default_engine_factory,
         store: ChatStore | None = None,
     ) -> None:
         super().__init__()
         self.options = options
         self.engine_factory = engine_factory
         self.store = store or ChatStore()
-        self.engine: Any = None
+        self.engine: Engine | None = None
         self.k: int | str = options.n_draft  # "auto" or a fixed chain length
         self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
         self.temperature = options.temperature
@@ -138,7 +141,9 @@ class LocalspecApp(App[None]):
         self.exit_notes: list[str] = []  # for stderr once the app has left the terminal
         self._stop = False
         self._gate = ThreadGate()  # the engine is closed only once no worker is inside
-        self._loaded: Any = None  # the engine as loaded, even if EngineReady never arrives
+        self._loaded: Engine | None = (
+            None  # the engine as loaded, even if EngineReady never arrives
+        )
         self._reply: MessageView | None = None
         self._prompt = ""  # the prompt of the reply in progress
         self._buffer: ReplyBuffer | None = None
@@ -179,10 +184,10 @@ class LocalspecApp(App[None]):
     def on_engine_ready(self, msg: EngineReady) -> None:
         self.chat.query_one("#loading", LoadingIndicator).display = False
         prompt = self.chat.query_one("#prompt", Input)
-        if msg.error:
-            self.load_error = msg.error
+        if msg.error or msg.engine is None:
+            self.load_error = msg.error or "no engine"
             self.chat.set_status("no model loaded")
-            self.notify(msg.error, title="Model load failed", severity="error", timeout=30)
+            self.notify(self.load_error, title="Model load failed", severity="error", timeout=30)
             prompt.placeholder = "no model loaded (see the error); ctrl+o still opens history"
             return
         eng = self.engine = msg.engine
@@ -275,6 +280,7 @@ class LocalspecApp(App[None]):
             return
         try:
             worker = get_current_worker()
+            assert self.engine is not None  # replies start only once a model is loaded
             outcome = stream_reply(
                 self.engine,
                 request,
@@ -296,14 +302,16 @@ class LocalspecApp(App[None]):
 
     def _snapshot(self, k: int | str) -> dict[str, Any]:
         """Statistics for the panel; called by the worker between steps, where they are whole."""
-        stats = self.engine.last_stats
+        eng = self.engine
+        assert eng is not None
+        stats = eng.last_stats
         snap = stats.as_dict()
         snap["k"] = k
         snap["mode"] = self._mode(k)
         snap["shape"] = stats.shape_summary()
-        snap["drafter"] = os.path.basename(self.engine.draft_path or "") or "none"
+        snap["drafter"] = os.path.basename(eng.draft_path or "") or "none"
         if k and self.last_plain_tps:
-            snap["speedup"] = snap["tokens_per_s"] / self.last_plain_tps
+            snap["speedup"] = stats.tokens_per_s / self.last_plain_tps
         return snap
 
     def _frame(self, *, last: bool = False) -> None:

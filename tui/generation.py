@@ -10,11 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localspec import LocalspecError, TreeShape
 
 from .reply_buffer import ReplyBuffer
+
+if TYPE_CHECKING:
+    from localspec import Engine
 
 SNAPSHOT_PERIOD_S = 0.25  # statistics for the side panel: a human rate, not per token
 
@@ -40,7 +43,7 @@ class ReplyOutcome:
 
 
 def stream_reply(
-    engine: Any,
+    engine: Engine,
     req: ReplyRequest,
     buffer: ReplyBuffer,
     should_stop: Callable[[], bool],
@@ -50,7 +53,7 @@ def stream_reply(
     reason, stopped = "length", False
     next_snapshot = 0.0
     try:
-        events = engine.chat(
+        events = engine.chat_stream(
             req.messages,
             max_tokens=req.max_tokens,
             n_draft=req.k,

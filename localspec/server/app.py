@@ -125,13 +125,13 @@ class Server:
         except ValidationError as exc:
             param, message = error_param(exc)
             raise APIError(400, message, param=param) from None
-        field = req.unsupported()
-        if field is not None:
+        problem = req.problem()
+        if problem is not None:
             raise APIError(
                 400,
-                f"{field} is not supported by localspec serve",
-                param=field,
-                code="unsupported_parameter",
+                problem.message,
+                param=problem.param,
+                code="unsupported_parameter" if problem.unsupported else None,
             )
         return req
 
@@ -145,21 +145,21 @@ class Server:
     ) -> Response:
         """Queue the generation, then answer whole or as a stream; a client that goes away
         drops its job from the queue or stops it between steps."""
-        job = Job(
-            start, stream=req.stream, prompt_field=prompt_field, loop=asyncio.get_running_loop()
-        )
+        stream = bool(req.stream)
+        job = Job(start, stream=stream, prompt_field=prompt_field, loop=asyncio.get_running_loop())
         try:
             self.worker.submit(job)
         except QueueFull as full:
             raise APIError(
                 503,
-                f"the server is busy: {self.worker.max_queue} requests are waiting",
+                f"the server is busy: a generation is running and the queue is full "
+                f"({full.waiting} of at most {self.worker.max_queue} requests waiting)",
                 type="server_error",
                 code="queue_full",
                 headers={"Retry-After": str(full.retry_after)},
             ) from None
         try:
-            if req.stream:
+            if stream:
                 here, _ = await _unless_disconnected(request, job.started)
                 if not here:
                     self.worker.cancel(job)
@@ -184,7 +184,7 @@ class Server:
         kw = req.sampling(default_max_tokens=self.engine.n_ctx)
 
         def start(eng: Engine) -> Any:
-            return eng.chat(messages, **kw)
+            return eng.chat_stream(messages, **kw)
 
         answer = Answer("chat", self.model_id, req.include_usage)
         return await self.respond(request, req, start, answer, "messages")
@@ -195,7 +195,7 @@ class Server:
         kw = req.sampling(default_max_tokens=COMPLETION_MAX_TOKENS)
 
         def start(eng: Engine) -> Any:
-            return eng.generate(prompt, **kw)
+            return eng.complete_stream(prompt, **kw)
 
         answer = Answer("text", self.model_id, req.include_usage)
         return await self.respond(request, req, start, answer, "prompt")
@@ -239,10 +239,18 @@ async def _unless_disconnected(request: Request, aw: Awaitable[T]) -> tuple[bool
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        gone.cancel()
-        if not task.done():
-            task.cancel()
-    if task.cancelled():
+        # cancel() only asks: wait until both have ended, so that neither is left pending
+        # and the task's state is final when it is read below
+        for t in (gone, task):
+            if not t.done():
+                t.cancel()
+        await asyncio.wait({task, gone})
+    left = gone.done() and not gone.cancelled()
+    if left:
+        gone.result()  # re-raises a failure of receive() itself
+    if left or task.cancelled():
+        if not task.cancelled():
+            task.exception()  # the task ended too, maybe failing: nobody reads it now
         return False, None
     return True, task.result()
 

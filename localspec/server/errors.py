@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from starlette.responses import JSONResponse
 
-from ..errors import ContextFullError, GenerationError, LocalspecError
+from ..errors import ContextFullError, GenerationError, InvalidParameterError, LocalspecError
 from .protocol import ErrorBody, ErrorResponse
 
 log = logging.getLogger("localspec.server")
@@ -43,10 +43,22 @@ def internal_error(exc: BaseException) -> APIError:
     return APIError(500, f"internal error: {exc}", type="server_error", code="internal_error")
 
 
+# request fields whose name starts the engine's messages about them ("tree 5x8/40 does not fit
+# this engine...", "top_k must be...")
+_ENGINE_PARAMS = ("n_draft", "tree", "max_tokens", "seed", "temperature", "top_k", "top_p", "stop")
+
+
 def engine_error(exc: Exception, prompt_field: str) -> APIError:
     """What the engine raised when asked to start a generation, as an HTTP error."""
     if isinstance(exc, ContextFullError):
         return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
     if isinstance(exc, GenerationError) or not isinstance(exc, LocalspecError):
         return internal_error(exc)
-    return APIError(400, str(exc))  # bad parameters, a chat template that refuses the messages
+    # bad parameters (checked again by the engine, which alone knows what fits it), token ids
+    # out of the vocabulary, a chat template that refuses the messages
+    message = str(exc)
+    first = message.split(" ", 1)[0]
+    param = first if first in _ENGINE_PARAMS else None
+    if isinstance(exc, InvalidParameterError) and param is None:
+        param = prompt_field if ("prompt" in message or "token ids" in message) else None
+    return APIError(400, message, param=param)

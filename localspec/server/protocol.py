@@ -2,50 +2,140 @@
 
 Requests are strict: wrong types are errors, unknown fields are errors, and OpenAI fields this
 server cannot honour are declared so that a non-default value is refused by name (never
-silently ignored). Extensions: ``top_k``, ``n_draft``, ``tree`` in requests (as llama-server
-takes ``top_k``) and a ``timings`` object in responses (where llama-server puts its own).
+silently ignored); null or empty, such fields ask for nothing and are accepted, as OpenAI
+accepts them (clients send its response message back with its unused fields null). What
+validates but cannot be served comes back from ``problem()``. Extensions: ``top_k``,
+``n_draft``, ``tree`` in requests (as llama-server takes ``top_k``) and a ``timings`` object in
+responses (where llama-server puts its own).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..engine import MAX_DRAFT
-from ..errors import InvalidParameterError
+from ..options import MAX_DRAFT, check_n_draft, check_stops, check_tree
 from ..stats import Stats
-from ..tree import TreeShape
 
 MAX_TOKENS = 1 << 24  # the engine's own bound
 MAX_SEED = 2**63 - 1
-MAX_STOPS = 16
+MAX_STOPS = 16  # the server's own bound: each stop string is searched at every token
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A request that validates but cannot be served as written: a 400 naming ``param``."""
+
+    param: str
+    message: str
+    unsupported: bool = False  # valid OpenAI, not implemented here (code unsupported_parameter)
+
+
+def _empty(value: Any) -> bool:
+    """null, "", [] or {}: OpenAI's clients send these for what they do not use."""
+    return value is None or (isinstance(value, (str, list, dict)) and not value)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
+# OpenAI's content part types besides text: valid there, refused here by name
+OTHER_PART_TYPES = ("image_url", "input_audio", "file", "refusal")
+# fields of OpenAI's messages that ask for something this server cannot do when set (its own
+# response message carries them all as null, and clients send that message back)
+UNSUPPORTED_MESSAGE_FIELDS = ("tool_calls", "function_call", "audio", "refusal", "tool_call_id")
 
 
 class ChatMessage(_Strict):
-    # "developer" is OpenAI's newer name for the system role
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    # "developer" is OpenAI's newer name for the system role; "tool" and "function" are
+    # declared so that they are refused by name (see problem)
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    # a string or a list of content parts, checked in problem(), which knows the message's
+    # index: a bad part gets a message naming the real problem, not a union's first mismatch
+    content: Any = None
     name: str | None = None  # OpenAI's participant name: accepted, not shown to the template
+    annotations: Any = None  # citations describing the content (OpenAI's responses): ignored
+    tool_calls: Any = None
+    function_call: Any = None
+    audio: Any = None
+    refusal: Any = None
+    tool_call_id: Any = None
+
+    def problem(self, i: int) -> Problem | None:
+        where = f"messages[{i}]"
+        if self.role in ("tool", "function"):
+            return Problem(
+                f"{where}.role",
+                f"{where}.role: {self.role!r} messages are not supported by localspec serve "
+                "(it has no tool calling)",
+                unsupported=True,
+            )
+        for name in UNSUPPORTED_MESSAGE_FIELDS:
+            if not _empty(getattr(self, name)):
+                return Problem(
+                    f"{where}.{name}",
+                    f"{where}.{name} is not supported by localspec serve",
+                    unsupported=True,
+                )
+        content = self.content
+        if content is None:
+            return Problem(f"{where}.content", f"{where}.content is missing")
+        if isinstance(content, str):
+            return None
+        if not isinstance(content, list):
+            return Problem(
+                f"{where}.content",
+                f"{where}.content must be a string or a list of content parts, "
+                f"got {json.dumps(content)}",
+            )
+        for j, part in enumerate(content):
+            what = f"content part {j} of {where}"
+            if not isinstance(part, dict):
+                return Problem(
+                    f"{where}.content[{j}]", f"{what} must be an object, got {json.dumps(part)}"
+                )
+            problem = _part_problem(part, f"{where}.content[{j}]", what)
+            if problem is not None:
+                return problem
+        return None
 
     def as_template_message(self) -> dict[str, str]:
-        text = (
-            self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
-        )
+        """{role, content} for the chat template (after problem() found nothing)."""
+        content = self.content or ""
+        text = content if isinstance(content, str) else "".join(p["text"] for p in content)
         return {"role": "system" if self.role == "developer" else self.role, "content": text}
 
 
+def _part_problem(part: dict[str, Any], param: str, what: str) -> Problem | None:
+    kind = part.get("type")
+    if kind == "text":
+        if "text" not in part:
+            return Problem(f"{param}.text", f"{what} has type 'text' but no 'text' field")
+        if not isinstance(part["text"], str):
+            return Problem(
+                f"{param}.text", f"{what}: 'text' must be a string, got {json.dumps(part['text'])}"
+            )
+        extra = sorted(set(part) - {"type", "text"})
+        if extra:
+            return Problem(f"{param}.{extra[0]}", f"{what} has an unknown field {extra[0]!r}")
+        return None
+    if kind in OTHER_PART_TYPES:
+        return Problem(
+            f"{param}.type",
+            f"unsupported content part type {kind!r} in {what}: localspec serve takes text only",
+            unsupported=True,
+        )
+    if "type" not in part:
+        return Problem(f"{param}.type", f"{what} has no 'type' field")
+    return Problem(f"{param}.type", f"{what} has an unknown type {json.dumps(kind)}")
+
+
 class StreamOptions(_Strict):
-    include_usage: bool = False
+    include_usage: bool | None = None
 
 
 # Fields of OpenAI's API that this server does not implement, with the values besides null that
@@ -85,11 +175,12 @@ class _Generation(_Strict):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)  # extension (llama-server's); 0 = no limit
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    stop: str | list[str] | None = None
-    stream: bool = False
+    # checked by the engine's own functions (options.py), so that the two cannot disagree
+    stop: Any = None  # a string or a list of strings
+    stream: bool | None = None  # null: false, as OpenAI
     stream_options: StreamOptions | None = None
-    n_draft: Literal["auto"] | int | None = None  # extension: a chain length, or auto
-    tree: str | list[int] | None = None  # extension: "D,K,B" or [D, K, B]
+    n_draft: Any = None  # extension: "auto" or a chain length
+    tree: Any = None  # extension: "D,K,B" or [D, K, B]; a TreeShape once validated
     # informational fields that ask for nothing observable: accepted
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -107,47 +198,45 @@ class _Generation(_Strict):
 
     @field_validator("stop")
     @classmethod
-    def _stops(cls, v: str | list[str] | None) -> str | list[str] | None:
-        stops = [v] if isinstance(v, str) else (v or [])
-        if any(not s for s in stops):
-            raise ValueError("stop strings must be non-empty")
+    def _stops(cls, v: Any) -> list[str] | None:
+        if v is None:
+            return None
+        stops = check_stops(v)  # InvalidParameterError is a ValueError: pydantic reports it
         if len(stops) > MAX_STOPS:
-            raise ValueError(f"at most {MAX_STOPS} stop strings")
-        return v
+            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
+        return stops
 
     @field_validator("n_draft")
     @classmethod
-    def _n_draft(cls, v: str | int | None) -> str | int | None:
-        if isinstance(v, int) and not 0 <= v <= MAX_DRAFT:
-            raise ValueError(f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}]')
-        return v
+    def _n_draft(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            return check_n_draft(v)
+        except ValueError:
+            # the engine decides; the message names both forms and shows the JSON value
+            # (3.0 is refused, as on the command line and in the engine: not an integer)
+            raise ValueError(
+                f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}], got {json.dumps(v)}'
+            ) from None
 
     @field_validator("tree")
     @classmethod
-    def _tree(cls, v: str | list[int] | None) -> str | list[int] | None:
-        try:
-            if isinstance(v, str):
-                TreeShape.parse(v)
-            elif v is not None:
-                if len(v) != 3:
-                    raise InvalidParameterError("tree must be [depth, top_k, budget]")
-                TreeShape(*v)
-        except InvalidParameterError as exc:
-            raise ValueError(str(exc)) from None
-        return v
+    def _tree(cls, v: Any) -> Any:
+        return check_tree(v)
 
-    def unsupported(self) -> str | None:
+    def problem(self) -> Problem | None:
         """The first field set to a value this server cannot honour, if any."""
         for name, accepted in UNSUPPORTED_DEFAULTS.items():
             value = getattr(self, name, None)
             if value is not None and not any(
                 value == a and type(value) is type(a) for a in accepted
             ):
-                return name
+                return Problem(name, f"{name} is not supported by localspec serve", True)
         return None
 
     def sampling(self, default_max_tokens: int) -> dict[str, Any]:
-        """Keyword arguments for Engine.generate/chat."""
+        """Keyword arguments for Engine.complete_stream/chat_stream."""
         kw: dict[str, Any] = {
             "max_tokens": self.max_completion_tokens or self.max_tokens or default_max_tokens,
             "temperature": 1.0 if self.temperature is None else self.temperature,
@@ -159,7 +248,7 @@ class _Generation(_Strict):
         if self.n_draft is not None:
             kw["n_draft"] = self.n_draft
         if self.tree is not None:
-            kw["tree"] = self.tree if isinstance(self.tree, str) else tuple(self.tree)
+            kw["tree"] = self.tree
         return kw
 
     @property
@@ -181,6 +270,14 @@ class ChatCompletionRequest(_Generation):
     verbosity: Any = None
     web_search_options: Any = None
     store: Any = None
+
+    def problem(self) -> Problem | None:
+        found = super().problem()
+        for i, m in enumerate(self.messages):
+            if found is not None:
+                break
+            found = m.problem(i)
+        return found
 
 
 class CompletionRequest(_Generation):
@@ -250,6 +347,9 @@ class Timings(BaseModel):
     draft_ms: float
     glue_ms: float
     cost_model_per_second: float  # auto: the cost model's expected speed (0 otherwise)
+    notes: list[str]  # what the engine could not do as asked (n_draft without a drafter...)
+    # auto: why it runs what it runs, in the cost model's numbers (None for fixed modes)
+    auto: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, s: Stats) -> Timings:
@@ -272,6 +372,8 @@ class Timings(BaseModel):
             draft_ms=1e3 * s.t_draft,
             glue_ms=1e3 * s.t_glue,
             cost_model_per_second=s.predicted_tokens_per_s,
+            notes=list(s.notes),
+            auto=s.auto.as_dict() if s.auto is not None else None,
         )
 
 
@@ -386,11 +488,13 @@ def error_param(exc: ValidationError) -> tuple[str | None, str]:
         else:
             break  # a union member's tag such as 'list[str]'
     msg = err["msg"].removeprefix("Value error, ")
-    return (param or None), (f"{param}: {msg}" if param else msg)
+    if not param or msg.startswith(param):  # the engine's checks name their parameter
+        return (param or None), msg
+    return param, f"{param}: {msg}"
 
 
 _FIELD_NAMES = {
     name
-    for model in (ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions)
+    for model in (ChatCompletionRequest, CompletionRequest, ChatMessage, StreamOptions)
     for name in model.model_fields
 }

@@ -35,8 +35,9 @@ class Outcome:
 
 
 class QueueFull(Exception):
-    def __init__(self, retry_after: int) -> None:
+    def __init__(self, waiting: int, retry_after: int) -> None:
         super().__init__("the queue is full")
+        self.waiting = waiting  # requests waiting, besides the one running
         self.retry_after = retry_after
 
 
@@ -176,10 +177,14 @@ class Worker:
             self._thread.join(timeout)
 
     def submit(self, job: Job) -> None:
-        """Queue a job, or raise QueueFull when max_queue jobs already wait."""
+        """Queue a job, or raise QueueFull when it would make more than max_queue jobs wait.
+        With max_queue 0 a job is taken only when the worker is idle."""
         with self._cond:
-            if self._closing or len(self._jobs) >= self.max_queue:
-                raise QueueFull(self._retry_after())
+            # the jobs that would wait with this one queued: all queued ones, less the one the
+            # worker takes next when it is idle (queued but not yet taken)
+            waiting = len(self._jobs) + (0 if self._running is None else 1)
+            if self._closing or waiting > self.max_queue:
+                raise QueueFull(len(self._jobs), self._retry_after())
             self._jobs.append(job)
             self._cond.notify()
 

@@ -42,11 +42,20 @@ class StatsPanel(Static):
         rows.append(("tokens/s", f"{s.get('tokens_per_s', 0.0):.1f}"))
         if s.get("predicted_tokens_per_s"):
             rows.append(("predicted", f"{s['predicted_tokens_per_s']:.1f} (cost model)"))
-        rows += [
-            ("tau", f"{s.get('tau', 0.0):.2f}"),
-            ("accepted", f"{s.get('accepted', 0)} / {s.get('drafted', 0)} drafted"),
-            ("accept %", f"{100 * s.get('acceptance_rate', 0.0):.0f}%"),
-        ]
+        auto = s.get("auto")
+        if auto:  # why auto runs what it runs, in its cost model's numbers
+            rows.append(("why", Text(auto["brief"], overflow="fold")))
+        rows += [("note", Text(n, overflow="fold")) for n in s.get("notes", [])]
+        if s.get("drafted"):
+            rows += [
+                ("tau", f"{s.get('tau', 0.0):.2f}"),
+                ("accepted", f"{s.get('accepted', 0)} / {s['drafted']} drafted"),
+                ("accept %", f"{100 * s.get('acceptance_rate', 0.0):.0f}%"),
+            ]
+        else:  # "0% accepted" would read as a broken drafter: nothing was drafted
+            rows.append(
+                ("accepted", "nothing drafted" + (" (plain steps)" if s.get("steps") else ""))
+            )
         for i, a in enumerate(s.get("acceptance_at", [])[:12]):
             rows.append((f"  pos {i + 1}", f"{bar(a)} {100 * a:3.0f}%"))
         if "prompt_tokens" in s:

@@ -1,0 +1,83 @@
+"""The engine's parts, for tools that work below the scripting API: the benchmarks, the
+converter's verification and training. Not a stable API: it follows the engine's insides.
+
+The CLI, the chat app and the server never import this module (a test checks it).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .drafter import Drafter
+    from .engine import Engine
+    from .options import RuntimeOptions
+    from .scheduler import Scheduler
+    from .target import Target
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What an engine is made of."""
+
+    target: Target
+    drafter: Drafter | None
+    scheduler: Scheduler
+    rt: RuntimeOptions
+    eog: np.ndarray  # per token id: True for end-of-generation tokens
+    max_tree: int  # the most tree nodes one verify batch holds (0: chains only)
+    max_top_k: int  # the widest tree frontier the drafter's batch holds
+
+
+def parts(engine: Engine) -> Parts:
+    """The engine's parts, to inspect. To drive them (decode, clear, switch taps), use
+    ``hold``: a generation running meanwhile would find its caches changed under it."""
+    return engine._parts()
+
+
+@contextmanager
+def hold(engine: Engine) -> Iterator[Parts]:
+    """The engine's parts for direct use. A generation still running is superseded (its next
+    step raises), no other call runs meanwhile, and on leaving both caches are emptied and the
+    target's taps are as they were, so the engine's next call starts from a consistent state."""
+    with engine._exclusive() as p:
+        was_active = p.target.taps_active
+        try:
+            yield p
+        finally:
+            p.target.clear()
+            if p.drafter is not None:
+                p.drafter.restart(0)
+            p.target.set_taps_active(was_active)
+
+
+def verify_curve(
+    engine: Engine, sizes: Sequence[int], reps: int = 5, *, taps: bool
+) -> dict[int, float]:
+    """Median wall seconds of one target decode of n tokens with logits for all (what verifying
+    a draft of n-1 tokens costs), after a 64-token context; taps on as speculation runs them,
+    or off as plain decoding does. The engine's caches are emptied afterwards."""
+    with hold(engine) as p:
+        target = p.target
+        target.set_taps_active(taps)
+        hi = min(1000, target.n_vocab)
+        base = [int(t) for t in np.random.default_rng(0).integers(0, hi, size=64)]
+        out = {}
+        for n in sizes:
+            times = []
+            for r in range(reps):
+                target.keep(0)
+                target.decode(base, all_logits=False)
+                toks = [int(t) for t in np.random.default_rng(r).integers(0, hi, size=n)]
+                t0 = time.perf_counter()
+                target.decode(toks, all_logits=True)
+                times.append(time.perf_counter() - t0)
+            out[n] = statistics.median(times)
+    return out

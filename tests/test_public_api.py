@@ -1,0 +1,146 @@
+"""The CLI, the chat app and the server are thin layers over the documented Python API: they
+import none of the engine's insides and touch no private or unlisted attribute of an engine."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import inspect
+import os
+
+import pytest
+
+from localspec.engine import Engine
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+FRONT_ENDS = sorted(
+    [
+        os.path.join(ROOT, "localspec", "cli.py"),
+        *glob.glob(os.path.join(ROOT, "localspec", "server", "*.py")),
+        *glob.glob(os.path.join(ROOT, "tui", "**", "*.py"), recursive=True),
+    ]
+)
+# the engine's insides: what the scripting API wraps (benchmarks and tools reach them through
+# localspec.lowlevel)
+INTERNAL = {
+    "lowlevel",
+    "_native",
+    "target",
+    "drafter",
+    "drafter_spec",
+    "scheduler",
+    "costmodel",
+    "calibration",
+    "generation",
+    "speculative",
+    "taps",
+    "textstream",
+    "ggufdata",
+    "clocks",
+    "chat_template",
+}
+# names under which the front-ends hold an engine
+ENGINE_NAMES = {"eng", "engine", "_eng", "_engine", "_loaded"}
+
+
+def engine_api() -> set[str]:
+    """Engine's public methods and properties, and the public attributes __init__ sets."""
+    names = {n for n, _ in inspect.getmembers(Engine) if not n.startswith("_")}
+    init = ast.parse(inspect.getsource(Engine))
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and isinstance(node.ctx, ast.Store)
+            and not node.attr.startswith("_")
+        ):
+            names.add(node.attr)
+    return names
+
+
+def module_of(node: ast.ImportFrom, path: str) -> str:
+    """The absolute module an import names, inside localspec (tui is localspec.tui)."""
+    if node.level == 0:
+        return node.module or ""
+    rel = os.path.relpath(os.path.dirname(path), ROOT).split(os.sep)
+    if rel[0] == "tui":
+        rel = ["localspec", *rel]
+    base = rel[: len(rel) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def held_engine(node: ast.Attribute) -> bool:
+    v = node.value
+    if isinstance(v, ast.Name):
+        return v.id in ENGINE_NAMES
+    return isinstance(v, ast.Attribute) and v.attr in ENGINE_NAMES
+
+
+@pytest.mark.parametrize("path", FRONT_ENDS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_front_end_uses_only_the_public_api(path: str) -> None:
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    public = engine_api()
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = module_of(node, path)
+            parts = mod.split(".")
+            names = [a.name for a in node.names]
+            if parts[0] == "localspec" and len(parts) > 1 and parts[1] in INTERNAL:
+                problems.append(f"line {node.lineno}: imports {mod}")
+            if mod == "localspec":
+                problems += [
+                    f"line {node.lineno}: imports localspec.{n}" for n in names if n in INTERNAL
+                ]
+        elif isinstance(node, ast.Import):
+            problems += [
+                f"line {node.lineno}: imports {a.name}"
+                for a in node.names
+                if a.name.startswith("localspec.") and a.name.split(".")[1] in INTERNAL
+            ]
+        elif isinstance(node, ast.Attribute):
+            owner = node.value
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            if private and not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                problems.append(f"line {node.lineno}: private attribute .{node.attr}")
+            if held_engine(node) and node.attr not in public:
+                problems.append(f"line {node.lineno}: engine attribute .{node.attr} is not public")
+    assert not problems, f"{os.path.relpath(path, ROOT)}:\n" + "\n".join(problems)
+
+
+def test_the_check_sees_what_it_must_refuse(tmp_path) -> None:
+    """The checks above catch each kind of reach past the API (so a pass means something)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from localspec.lowlevel import parts\n"
+        "from localspec._native import Batch\n"
+        "from localspec import generation\n"
+        "import localspec.scheduler\n"
+        "def f(eng, self):\n"
+        "    eng.target.clear()\n"
+        "    self.engine._drafter\n"
+        "    other._private\n"
+        "    eng.complete('x')\n"
+    )
+    with pytest.raises(AssertionError) as err:
+        test_front_end_uses_only_the_public_api(str(bad))
+    msg = str(err.value)
+    for want in (
+        "imports localspec.lowlevel",
+        "imports localspec._native",
+        "imports localspec.scheduler",
+        "imports localspec.generation",
+        "engine attribute .target",
+        "private attribute ._drafter",
+        "private attribute ._private",
+    ):
+        assert want in msg
+    assert ".complete" not in msg
+
+
+def test_the_engines_parts_are_private() -> None:
+    api = engine_api()
+    assert {"target", "drafter", "scheduler", "rt"}.isdisjoint(api)
+    assert {"complete", "complete_stream", "chat", "chat_stream", "stats"} <= api

@@ -341,3 +341,12 @@ def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeyp
         again = eng.complete("the quick brown fox", max_tokens=100)
         assert_greedy_lossless(eng, "the quick brown fox", again)
         assert any(s.startswith("chain") for s in again.stats.shapes)
+
+
+def test_a_calibrated_time_above_a_larger_sizes_is_noise() -> None:
+    """Calibration on a machine whose cores were all busy once measured t(1) at 204 ms and t(2)
+    at 16 ms: taken as they were, a 1-token draft looked 13 times cheaper per token than plain
+    decoding. A decode of more rows never costs less than one of fewer, so the curve is made
+    monotone: a draft is then never priced below what it adds."""
+    c = cm.VerifyCurve({1: 204e-3, 2: 16e-3, 3: 20e-3, 4: 19e-3, 5: 30e-3})
+    assert [c(n) for n in (1, 2, 3, 4, 5)] == pytest.approx([16e-3, 16e-3, 19e-3, 19e-3, 30e-3])

@@ -75,7 +75,9 @@ def measure(
             target, draft=gguf_path, n_draft=cfg.n_draft, n_threads=cfg.n_threads, n_ctx=1024
         ) as eng:
             for p in cfg.prompts:
-                for _ in eng.chat_stream([{"role": "user", "content": p}], max_tokens=cfg.max_tokens):
+                for _ in eng.chat_stream(
+                    [{"role": "user", "content": p}], max_tokens=cfg.max_tokens
+                ):
                     pass
                 st = eng.last_stats
                 m.drafted += st.drafted

@@ -8,6 +8,7 @@ import numpy as np
 from . import _native as N
 from . import gguf_keys as K
 from .errors import ModelFileError, PairMismatchError, UnsupportedModelError
+from .header_checks import check_header, typed
 from .target import Target
 
 _NORM_DTYPES = {0: np.float32, 1: np.float16}  # ggml types we accept for norm vectors
@@ -25,19 +26,28 @@ class DrafterSpec:
             )
         kv = h.kv
         taps = kv.get(K.TARGET_LAYERS)
-        if not isinstance(taps, list) or len(taps) != 3:
+        if (
+            not isinstance(taps, list)
+            or len(taps) != 3
+            or not all(isinstance(t, int) for t in taps)
+        ):
             raise ModelFileError(f"{path}: {K.TARGET_LAYERS} must list exactly 3 layer ids")
+        # values llama.cpp would abort on, refused before any native call
+        check_header(h, "drafter")
         self.path = path
         self.header = h
         self.taps: tuple[int, int, int] = (int(taps[0]), int(taps[1]), int(taps[2]))
-        self.n_embd = int(kv.get(K.EMBEDDING_LENGTH) or 0)
-        self.target_hidden = int(kv.get(K.TARGET_HIDDEN_SIZE) or 0)
-        self.eps = float(kv.get(K.RMS_EPS) or 1e-6)
-        self.norm_before_fc = bool(kv.get(K.NORM_BEFORE_FC, False))
-        self.norm_before_residual = bool(kv.get(K.NORM_BEFORE_RESIDUAL, False))
-        self.fc_norm = bool(kv.get(K.FC_NORM, False))
-        self.fc_norm_eps = float(kv.get(K.FC_NORM_EPS, self.eps))
-        self.norm_output = bool(kv.get(K.NORM_OUTPUT, False))
+        # typed reads: a key of the wrong type is a ModelFileError, not a Python crash
+        self.n_embd = typed(h, K.EMBEDDING_LENGTH, int, 0)
+        self.target_hidden = typed(h, K.TARGET_HIDDEN_SIZE, int, 0)
+        self.eps = typed(h, K.RMS_EPS, float, 0.0) or 1e-6
+        self.norm_before_fc = typed(h, K.NORM_BEFORE_FC, bool, False)
+        self.norm_before_residual = typed(h, K.NORM_BEFORE_RESIDUAL, bool, False)
+        self.fc_norm = typed(h, K.FC_NORM, bool, False)
+        self.fc_norm_eps = typed(h, K.FC_NORM_EPS, float, self.eps)
+        if not self.fc_norm_eps >= 0.0:  # also NaN: the per-tap norms divide by sqrt(ms + eps)
+            raise ModelFileError(f"{path}: {K.FC_NORM_EPS} is {self.fc_norm_eps}; must be >= 0")
+        self.norm_output = typed(h, K.NORM_OUTPUT, bool, False)
         if self.fc_norm and self.norm_before_fc:
             raise ModelFileError(
                 f"{path} sets both {K.FC_NORM} and {K.NORM_BEFORE_FC}; a drafter has at most one"
@@ -48,11 +58,11 @@ class DrafterSpec:
         self.draft_vocab = int(d2t.shape[0]) if d2t is not None else None
         self.vocab_size = h.kv_len.get("tokenizer.ggml.tokens", 0)
         self.target_record = {
-            "architecture": kv.get(K.TARGET_ARCH),
-            "block_count": kv.get(K.TARGET_BLOCK_COUNT),
-            "embedding_length": kv.get(K.TARGET_EMBEDDING_LENGTH),
-            "vocab_size": kv.get(K.TARGET_VOCAB_SIZE),
-            "vocab_fingerprint": kv.get(K.TARGET_VOCAB_FINGERPRINT),
+            "architecture": typed(h, K.TARGET_ARCH, str),
+            "block_count": typed(h, K.TARGET_BLOCK_COUNT, int),
+            "embedding_length": typed(h, K.TARGET_EMBEDDING_LENGTH, int),
+            "vocab_size": typed(h, K.TARGET_VOCAB_SIZE, int),
+            "vocab_fingerprint": typed(h, K.TARGET_VOCAB_FINGERPRINT, str),
         }
 
     @property

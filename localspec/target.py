@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _native as N
 from .errors import ContextFullError, UnsupportedModelError
+from .header_checks import check_header
 from .options import RuntimeOptions
 from .taps import GRAPH, STAGING, CallbackTaps, StagingTaps, input_node, route_for
 
@@ -39,12 +40,20 @@ class Target:
         self.path = path
         self.header = N.GGUFHeader(path)
         self.architecture = self.header.architecture or "unknown"
+        # an EAGLE-3 drafter given as the target, or header values that would make llama.cpp
+        # abort the process: refused before llama.cpp reads the file
+        check_header(self.header, "target")
         self.model = N.NativeModel(path, n_gpu_layers=rt.n_gpu_layers)
+        # n_ctx 0 takes the trained context_length: only a default, so a mistyped or absurd
+        # one falls back to 4096 instead of failing the load
+        trained_ctx = self.header.arch_key("context_length")
+        if not isinstance(trained_ctx, int) or not 0 < trained_ctx <= 1 << 24:  # n_ctx's limit
+            trained_ctx = 0
         # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
         self.gap_seq = tree_nodes + 1
         self.tap_route = tap_route or route_for(self.architecture)
         self._ctx_args: dict[str, Any] = {
-            "n_ctx": rt.n_ctx or int(self.header.arch_key("context_length") or 0) or 4096,
+            "n_ctx": rt.n_ctx or trained_ctx or 4096,
             "n_batch": rt.n_batch,
             "n_threads": rt.threads,
             "kv_type": rt.kv_type,

@@ -16,6 +16,7 @@ from localspec import (
     PairMismatchError,
     UnsupportedModelError,
 )
+from localspec.lowlevel import parts
 
 import tinymodels as tm
 from conftest import EXACT
@@ -78,7 +79,7 @@ def test_a_target_without_staged_inputs_is_tapped_through_its_graph(tmp_path) ->
         localspec.load(t, draft=deep, **EXACT)
     zero = tm.write_drafter(str(tmp_path / "zero.gguf"), t, tm.DrafterShape(taps=(0, 1, 2)))
     with localspec.load(t, draft=zero, **EXACT) as eng:
-        assert eng.target.tap_route == "graph callback"
+        assert parts(eng).target.tap_route == "graph callback"
         assert len(eng.complete("hi", max_tokens=5, n_draft=2).tokens) == 5
 
 
@@ -212,3 +213,32 @@ def test_a_bad_drafter_norm_fails_before_any_model_is_loaded(models, tmp_path, m
     with pytest.raises(ModelFileError, match="output_norm"):
         localspec.load(models["target"], draft=path, **EXACT)
     assert path not in loaded
+
+
+def test_a_drafter_given_as_the_target_says_what_it_is(models, tmp_path) -> None:
+    """An EAGLE-3 drafter where the target belongs (`localspec chat x.eagle3.gguf`) once failed
+    with llama.cpp's "cannot create a context": it must say the file is a drafter, which target
+    it records, and how to pass both, through the API and the real command line alike."""
+    import subprocess
+    import sys
+
+    drafter = models["draft"]
+    with pytest.raises(UnsupportedModelError) as caught:
+        localspec.load(drafter)
+    msg = str(caught.value)
+    assert "is an EAGLE-3 drafter, not a target" in msg
+    assert "'llama' target with 4 layers, hidden size 64 and 269 tokens" in msg  # its record
+    assert f"--draft {drafter}" in msg and f"draft='{drafter}'" in msg
+    run = subprocess.run(
+        [sys.executable, "-m", "localspec.cli", "generate", drafter, "-p", "hi", "-n", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.count("\n") == 1  # one line
+    assert "is an EAGLE-3 drafter, not a target" in run.stderr and "--draft" in run.stderr
+    # a drafter written without the record (llama.cpp's converter) says it has none
+    bare = tm.write_drafter(str(tmp_path / "bare.gguf"), models["target"], localspec_keys=False)
+    with pytest.raises(UnsupportedModelError, match="does not record which target"):
+        localspec.load(bare, draft=False)

@@ -1039,4 +1039,3 @@ def test_auto_says_why_in_the_timings(models) -> None:
     assert t["mode"] == "auto" and want is not None
     assert t["auto"] == json.loads(json.dumps(want.as_dict()))
     assert t["auto"]["reason"].startswith("auto ")
-

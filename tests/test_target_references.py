@@ -75,7 +75,9 @@ def test_tiny_target_loads_and_chats(targets: dict[str, str], name: str) -> None
         assert eng.chat_template_note == ""
         prompt, _ = eng.format_chat(msgs)
         prompt_ids = eng.tokenize(prompt, add_special=False, parse_special=True)
-        reply = [t for ev in eng.chat_stream(msgs, max_tokens=8, temperature=0.0) for t in ev.tokens]
+        reply = [
+            t for ev in eng.chat_stream(msgs, max_tokens=8, temperature=0.0) for t in ev.tokens
+        ]
     assert prompt_ids[0] == tm.N_VOCAB - 2  # ChatML's <|im_start|> is one control token
     assert len(reply) == 8  # specials never win: no early stop
     # llama-cpp-python alone: same architecture, same greedy tokens

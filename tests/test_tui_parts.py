@@ -106,4 +106,3 @@ def test_a_panel_without_drafts_says_so_instead_of_zero_percent() -> None:
     console.print(StatsPanel.render_stats({"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}))
     text = console.export_text()
     assert "nothing drafted" in text and "0%" not in text
-

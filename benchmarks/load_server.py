@@ -6,7 +6,7 @@ Starts `localspec serve` (the real default SmolLM2 pair unless told otherwise) o
 2. 8 concurrent clients x 5 requests each (half streaming), greedy, with /health polled
    throughout: every request must be answered, with no 5xx, the same text as its reference,
    and /health must answer during the run; prints p50/p95 latency and tokens/s;
-3. the server's time per token against Engine.chat in this process on the same prompts,
+3. the server's time per token against Engine.chat_stream in this process on the same prompts,
    interleaved in rotated order (non-streaming and streaming), as a ratio of medians.
 
     python benchmarks/load_server.py [TARGET.gguf] [--draft D.gguf] [-t 2] [--time-limit 900]
@@ -275,7 +275,7 @@ def main() -> int:
 
 
 def overhead(args: argparse.Namespace, url: str, prompts: list[str], deadline: Deadline) -> str:
-    """Time per token: Engine.chat in this process against the server (whole and streamed) on
+    """Time per token: Engine.chat_stream in this process against the server (whole and streamed) on
     the same prompts and settings, in rotated order, the server idle while the engine runs
     and vice versa. Plain decoding (n_draft=0) on both sides: the same steps, and one event
     per token, the server's worst case. Two ratios: against the in-process engine (median of
@@ -331,7 +331,7 @@ def overhead(args: argparse.Namespace, url: str, prompts: list[str], deadline: D
         paired = statistics.median(s / e for s, e in zip(per[k], per["engine"], strict=True))
         own = statistics.median(inside[k])
         print(
-            f"  {k:14s} / Engine.chat in-process: x{paired:.3f} (paired median); "
+            f"  {k:14s} / Engine.chat_stream in-process: x{paired:.3f} (paired median); "
             f"client wall / its engine's own time: x{own:.3f}"
         )
         out.append(f"{k} x{paired:.3f} (x{own:.3f} over its own engine time)")

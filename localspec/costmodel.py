@@ -442,9 +442,11 @@ class CostModel:
         if best is not None:
             needed: float | None = best[0]
             k, ratio = best[1], best[2]
-        else:
+        elif fallback is not None:
             needed = None
-            k, ratio = (fallback[1], fallback[2]) if fallback is not None else (1, float("inf"))
+            k, ratio = fallback[1], fallback[2]
+        else:  # only one-token decodes were measured: a draft is priced at no size
+            needed, k, ratio = None, 1, self.step_time(TreeShape(1, 1, 1)) / plain
         p = self.acceptance.probabilities()
         base = self.predict(None).tokens_per_s
         return Verdict(

@@ -22,7 +22,6 @@ from .drafter import Drafter
 from .drafter_spec import DrafterSpec
 from .errors import ContextFullError, GenerationError, InvalidParameterError, LocalspecError
 from .generation import Event, FinishReason, Generation
-from .lowlevel import Parts
 from .options import (
     MAX_DRAFT,
     NDraft,
@@ -33,6 +32,7 @@ from .options import (
     check_stops,
     check_tree,
 )
+from .parts import Parts
 from .sampling import SamplingParams
 from .scheduler import Mode, Scheduler
 from .speculative import GREEDY, draft_chain
@@ -322,9 +322,7 @@ class Engine:
         with self._lock:
             self._check_open()
             self._current = None
-            self._target.clear()
-            if self._drafter is not None:
-                self._drafter.restart(0)
+            self._empty_caches()
 
     # --- resources ---------------------------------------------------------------------------
 
@@ -339,9 +337,7 @@ class Engine:
             try:
                 yield
             except BaseException:
-                self._target.clear()
-                if self._drafter is not None:
-                    self._drafter.restart(0)
+                self._empty_caches()
                 raise
 
     def _parts(self) -> Parts:
@@ -362,6 +358,12 @@ class Engine:
             self._check_open()
             self._current = None
             yield self._parts()
+
+    def _empty_caches(self) -> None:
+        """Both caches hold nothing: the next call processes its whole prompt."""
+        self._target.clear()
+        if self._drafter is not None:
+            self._drafter.restart(0)
 
     def _check_open(self) -> None:
         if self._closed:  # a NULL context would crash inside llama.cpp

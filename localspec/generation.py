@@ -18,7 +18,7 @@ from .tree import tree_step
 
 if TYPE_CHECKING:
     from .drafter import Drafter
-    from .lowlevel import Parts
+    from .parts import Parts
 
 EXPLAIN_EVERY = 32  # steps between refreshes of auto's reason in the running statistics
 

@@ -12,6 +12,7 @@ quantizer): one job, validating a parsed ``GGUFHeader`` against llama.cpp's limi
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, NoReturn
 
 import gguf
@@ -88,23 +89,36 @@ _KIND_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a 
 
 def drafter_as_target_message(h: N.GGUFHeader) -> str:
     """What to say when an EAGLE-3 drafter is given where a target belongs (llama.cpp would
-    only fail to create its context): what the file is, the target it records, and how to
-    pass the two."""
+    only fail to create its context): what the file is, the target it records (by name, as
+    `localspec convert` writes it, and by shape), the target found next to it, and how to pass
+    the two."""
     kv = h.kv
     arch = kv.get(K.TARGET_ARCH)
+    recorded = []
+    name = kv.get("general.name")
+    if isinstance(name, str) and " for " in name:  # "EAGLE drafter (family) for X.gguf"
+        recorded.append(f"for {name.rsplit(' for ', 1)[1]}")
     if arch:
-        made_for = (
-            f"It was made for a '{arch}' target with {kv.get(K.TARGET_BLOCK_COUNT)} layers, "
-            f"hidden size {kv.get(K.TARGET_EMBEDDING_LENGTH)} and "
-            f"{kv.get(K.TARGET_VOCAB_SIZE)} tokens."
+        recorded.append(
+            f"for a '{arch}' target with {kv.get(K.TARGET_BLOCK_COUNT)} layers, hidden size "
+            f"{kv.get(K.TARGET_EMBEDDING_LENGTH)} and {kv.get(K.TARGET_VOCAB_SIZE)} tokens"
         )
-    else:
-        made_for = "It does not record which target it was made for."
+    made_for = (
+        f"It was made {', '.join(recorded)}."
+        if recorded
+        else "It does not record which target it was made for."
+    )
+    target = "TARGET.gguf"
+    if h.path.endswith(".eagle3.gguf"):  # the pairing convention: NAME.gguf beside it
+        sibling = h.path[: -len(".eagle3.gguf")] + ".gguf"
+        if os.path.isfile(sibling):
+            target = sibling
+            made_for += f" Its target is probably {sibling}, next to it."
     return (
         f"{h.path} is an EAGLE-3 drafter, not a target model: a drafter only proposes tokens "
         f"for the target it was made for. {made_for} Pass that target, with this file as its "
-        f"drafter: `localspec chat TARGET.gguf --draft {h.path}` (or `localspec generate "
-        f"TARGET.gguf --draft ...`), or `localspec.load('TARGET.gguf', draft='{h.path}')`."
+        f"drafter: `localspec chat {target} --draft {h.path}` (or `localspec generate "
+        f"{target} --draft ...`), or `localspec.load('{target}', draft='{h.path}')`."
     )
 
 
@@ -255,8 +269,31 @@ class _Checker:
             # its q and output matrices are n_embd wide; the graph reshapes them into heads
             self.fail(self.key("attention.key_length"), head_k, f"x {heads[0]} heads != {n_embd}")
         self._rope(self.key("rope.dimension_count"), n_rot, head_k)
+        self._head_widths(n_layer, heads, heads_kv, head_k, head_v)
         if self.arch == "gemma3":
             self._gemma3_swa(n_layer, head_k, head_v, n_rot)
+
+    def _head_widths(
+        self, n_layer: int, heads: list[int], heads_kv: list[int], head_k: int, head_v: int
+    ) -> None:
+        """Each layer's q, k and v matrices must be as wide as its own head counts say: a
+        per-layer head_count(_kv) array whose values differ from layer 0's loads (llama.cpp
+        sizes some tensors by layer 0) and then fails ggml's shape asserts in the graph."""
+        kh, kkv = self.key("attention.head_count"), self.key("attention.head_count_kv")
+        for il in range(n_layer):
+            for part, key, n, head in (
+                ("attn_q", kh, heads[il], head_k),
+                ("attn_k", kkv, heads_kv[il], head_k),
+                ("attn_v", kkv, heads_kv[il], head_v),
+            ):
+                t = self.h.tensors.get(f"blk.{il}.{part}.weight")
+                if t is not None and len(t.shape) == 2 and t.shape[1] != n * head:
+                    self.fail(
+                        key,
+                        self.h.kv.get(key),
+                        f"layer {il} has {n} heads of {head}, but blk.{il}.{part}.weight has "
+                        f"{t.shape[1]} outputs",
+                    )
 
     def _rope(self, key: str, n_rot: int, head: int) -> None:
         # ggml-cpu rope: GGML_ASSERT(n_dims <= ne0) and GGML_ASSERT(n_dims % 2 == 0); 0 hangs

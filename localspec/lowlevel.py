@@ -1,5 +1,6 @@
-"""The engine's parts, for tools that work below the scripting API: the benchmarks, the
-converter's verification and training. Not a stable API: it follows the engine's insides.
+"""The engine's parts, for tools that work below the scripting API: the benchmarks (`localspec
+bench` among them, through localspec.bench) and the converter's verification. Not a stable API:
+it follows the engine's insides. Training builds its own target and needs no engine.
 
 The CLI, the chat app and the server never import this module (a test checks it).
 """
@@ -10,30 +11,14 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .parts import Parts
+
 if TYPE_CHECKING:
-    from .drafter import Drafter
     from .engine import Engine
-    from .options import RuntimeOptions
-    from .scheduler import Scheduler
-    from .target import Target
-
-
-@dataclass(frozen=True)
-class Parts:
-    """What an engine is made of."""
-
-    target: Target
-    drafter: Drafter | None
-    scheduler: Scheduler
-    rt: RuntimeOptions
-    eog: np.ndarray  # per token id: True for end-of-generation tokens
-    max_tree: int  # the most tree nodes one verify batch holds (0: chains only)
-    max_top_k: int  # the widest tree frontier the drafter's batch holds
 
 
 def parts(engine: Engine) -> Parts:
@@ -52,9 +37,7 @@ def hold(engine: Engine) -> Iterator[Parts]:
         try:
             yield p
         finally:
-            p.target.clear()
-            if p.drafter is not None:
-                p.drafter.restart(0)
+            engine._empty_caches()
             p.target.set_taps_active(was_active)
 
 

@@ -49,8 +49,10 @@ def check_tree(value: Any) -> TreeShape | None:
 
 
 def check_stops(value: Any) -> list[str]:
-    """A stop string or several (any iterable but a mapping) as a list; each must be a
+    """None, a stop string or several (any iterable but a mapping) as a list; each must be a
     non-empty string."""
+    if value is None:  # as llama-cpp-python and OpenAI's API take it: no stop strings
+        return []
     if isinstance(value, str):
         stops = [value]
     elif isinstance(value, Iterable) and not isinstance(value, Mapping):

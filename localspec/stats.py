@@ -183,8 +183,3 @@ class Stats:
             f"acceptance {100 * self.acceptance_rate:.0f}% ({self.accepted}/{self.drafted}), "
             f"time target/draft/glue {self.t_target:.2f}/{self.t_draft:.2f}/{self.t_glue:.2f} s"
         )
-
-    def explanation(self) -> str:
-        """Why speculation did what it did, one line each: auto's reason and the notes."""
-        lines = [self.auto.reason] if self.auto is not None else []
-        return "\n".join([*lines, *self.notes])

@@ -116,9 +116,12 @@ def test_chat_uses_gguf_template(eng) -> None:
     assert evs[-1].finish_reason in ("length", "eos", "stop")
     assert "<|im_start|>" not in "".join(ev.text for ev in evs)
     # chat returns the whole reply, as complete does; the streamed events add up to it (both
-    # from an empty cache, so the two computed the same batches)
+    # plain from an empty cache, so the two computed the same batches)
+    msgs = [{"role": "user", "content": "Hi"}]
     eng.reset()
-    reply = eng.chat([{"role": "user", "content": "Hi"}], max_tokens=20)
+    evs = list(eng.chat_stream(msgs, max_tokens=20, n_draft=0))
+    eng.reset()
+    reply = eng.chat(msgs, max_tokens=20, n_draft=0)
     assert isinstance(reply, localspec.Completion)
     assert reply.text == "".join(ev.text for ev in evs)
     assert reply.tokens == [t for ev in evs for t in ev.tokens]

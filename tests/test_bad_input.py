@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -228,6 +229,9 @@ def test_a_drafter_given_as_the_target_says_what_it_is(models, tmp_path) -> None
     msg = str(caught.value)
     assert "is an EAGLE-3 drafter, not a target" in msg
     assert "'llama' target with 4 layers, hidden size 64 and 269 tokens" in msg  # its record
+    # tiny.eagle3.gguf beside tiny.gguf: the pairing convention names the target to pass
+    assert f"Its target is probably {models['target']}" in msg
+    assert f"localspec chat {models['target']} --draft {drafter}" in msg
     assert f"--draft {drafter}" in msg and f"draft='{drafter}'" in msg
     run = subprocess.run(
         [sys.executable, "-m", "localspec.cli", "generate", drafter, "-p", "hi", "-n", "2"],
@@ -240,5 +244,12 @@ def test_a_drafter_given_as_the_target_says_what_it_is(models, tmp_path) -> None
     assert "is an EAGLE-3 drafter, not a target" in run.stderr and "--draft" in run.stderr
     # a drafter written without the record (llama.cpp's converter) says it has none
     bare = tm.write_drafter(str(tmp_path / "bare.gguf"), models["target"], localspec_keys=False)
-    with pytest.raises(UnsupportedModelError, match="does not record which target"):
+    with pytest.raises(UnsupportedModelError, match="does not record which target") as caught:
         localspec.load(bare, draft=False)
+    assert "TARGET.gguf --draft" in str(caught.value)  # nothing to name: a placeholder
+    # the name `localspec convert` writes ("EAGLE drafter (family) for X.gguf") is quoted
+    shipped = os.path.join(os.path.dirname(localspec.__file__), "models")
+    (name,) = [f for f in os.listdir(shipped) if f.endswith(".eagle3.gguf")]
+    with pytest.raises(UnsupportedModelError) as caught:
+        localspec.load(os.path.join(shipped, name), draft=False)
+    assert f"for {name.removesuffix('.eagle3.gguf')}.gguf" in str(caught.value)

@@ -89,7 +89,7 @@ def test_engine_reports_why_auto_ran_plain(agree, monkeypatch) -> None:
     )
     d = out.stats.as_dict()
     assert d["auto"]["choice"] == "plain" and d["auto"]["reason"] == v.reason
-    assert out.stats.explanation().startswith("auto runs plain decoding")
+    assert out.stats.auto.reason.startswith("auto runs plain decoding")
 
 
 def test_engine_reports_the_expected_gain_when_drafting(agree, monkeypatch) -> None:

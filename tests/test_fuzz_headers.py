@@ -261,6 +261,12 @@ def _target_rows(a: str) -> list[tuple]:
 
 def _llama_cases() -> list[Case]:
     rows = _target_rows("llama")
+    # per-layer kv heads whose last layer differs from layer 0's (its tensors are 2 heads wide)
+    kv = "llama.attention.head_count_kv"
+    rows += [
+        ("kv-heads-last-4", _set(kv, (U32, [2, 2, 2, 4]), ARR), MFE, "blk.3.attn_k.weight"),
+        ("kv-heads-last-1", _set(kv, (U32, [2, 2, 2, 1]), ARR), MFE, "blk.3.attn_k.weight"),
+    ]
     rows += [(f"flips-{i}", _flips(i), ANY) for i in range(10)]
     rows += [(f"word-{i}", _word(100 + i), ANY) for i in range(3)]
     return _cases("llama", rows)
@@ -351,7 +357,8 @@ def _drafter_cases() -> list[Case]:
         ("experts", _set(f"{a}.expert_count", 2000, U32), MFE, "expert_count"),
         ("kv-heads-3", _set(f"{a}.attention.head_count_kv", 3), MFE, "head_count_kv is 3"),
         ("key-length-32", _set(f"{a}.attention.key_length", 32, U32), MFE),
-        ("embd-128", _set(f"{a}.embedding_length", 128), PME, "hidden size 128"),
+        # its q matrix is sized for the old width: the file contradicts itself before pairing
+        ("embd-128", _set(f"{a}.embedding_length", 128), MFE, "blk.0.attn_q.weight"),
         ("taps-out-of-range", _set(taps, (I32, [1, 2, 99]), ARR), PME, "layer 99"),
         ("taps-negative", _set(taps, (I32, [-1, 2, 3]), ARR), PME, "layer -1"),
         ("taps-two", _set(taps, (I32, [1, 2]), ARR), MFE, "exactly 3"),

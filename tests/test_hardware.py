@@ -68,3 +68,28 @@ def test_physical_cores_agree_with_cpuinfo() -> None:
     from localspec.options import RuntimeOptions
 
     assert RuntimeOptions().checked().n_threads == expected
+
+
+def test_amx_cpus_run_without_llamas_extra_cpu_buffers(tmp_path, monkeypatch) -> None:
+    """llama.cpp's AMX matrix multiply crashed the process on an AMX Xeon: extra buffer types
+    are off where the CPU reports amx_int8, unless LOCALSPEC_CPU_EXTRA_BUFFERS says otherwise."""
+    from localspec import hardware
+
+    amx, plain = tmp_path / "amx", tmp_path / "plain"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_int8 amx_tile\n")
+    plain.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
+    assert hardware.cpu_has_amx(str(amx)) and not hardware.cpu_has_amx(str(plain))
+    assert not hardware.cpu_has_amx(str(tmp_path / "missing"))
+    for has_amx, env, want in [
+        (True, None, False),
+        (False, None, True),
+        (True, "1", True),
+        (False, "0", False),
+        (True, "yes", False),  # not 0 or 1: the default for this CPU
+    ]:
+        monkeypatch.setattr(hardware, "cpu_has_amx", lambda has_amx=has_amx: has_amx)
+        if env is None:
+            monkeypatch.delenv("LOCALSPEC_CPU_EXTRA_BUFFERS", raising=False)
+        else:
+            monkeypatch.setenv("LOCALSPEC_CPU_EXTRA_BUFFERS", env)
+        assert hardware.cpu_extra_buffers() is want, (has_amx, env)

@@ -144,3 +144,30 @@ def test_the_engines_parts_are_private() -> None:
     api = engine_api()
     assert {"target", "drafter", "scheduler", "rt"}.isdisjoint(api)
     assert {"complete", "complete_stream", "chat", "chat_stream", "stats"} <= api
+
+
+def test_lowlevel_hold_supersedes_empties_both_caches_and_restores_the_taps(agree) -> None:
+    """The verify-cost curve once cleared the target without restarting the drafter and left
+    the taps switched: holding the parts leaves the engine as a fresh call expects it."""
+    import localspec
+    from localspec.errors import GenerationError
+    from localspec.lowlevel import hold, parts, verify_curve
+
+    from conftest import EXACT
+
+    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+        running = eng.complete_stream("abcdefgh", max_tokens=50, n_draft=3)
+        next(running)  # a generation with both caches filled
+        p = parts(eng)
+        assert p.target.n > 0 and p.drafter.next_pos > 0 and p.target.taps_active
+        curve = verify_curve(eng, [1, 2, 4], reps=1, taps=False)
+        assert sorted(curve) == [1, 2, 4] and all(t > 0 for t in curve.values())
+        assert p.target.n == 0 and p.drafter.start == 0 and p.drafter.next_pos == 0
+        assert p.target.taps_active  # as it was before the curve switched them off
+        with pytest.raises(GenerationError, match="superseded"):
+            next(running)
+        with hold(eng) as held:
+            held.target.set_taps_active(False)
+        assert p.target.taps_active
+        again = eng.complete("abcdefgh", max_tokens=20, n_draft=3)
+        assert again.stats.cached_tokens == 0 and again.stats.accepted > 0

@@ -3,6 +3,8 @@ decodes, clean KV caches afterwards, and clear errors for shapes that cannot run
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -72,7 +74,8 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     tokens = eng.tokenize("Once upon a time")
     shape = TreeShape(4, 3, 14)
     gen = Generation(
-        parts(eng), tokens, lock=None, totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+        parts(eng), tokens, lock=lambda g: contextlib.nullcontext(), totals=eng.stats,
+        max_tokens=8, sampling=SamplingParams(),
         seed=0, stops=[], mode=Mode("tree", shape),
     )  # fmt: skip
     gen.prefill()  # driven by hand, outside the engine's calls

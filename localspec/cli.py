@@ -84,7 +84,7 @@ def _n_draft(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"'auto' or an integer, not {text!r}") from None
 
 
-def _tree_arg(args: argparse.Namespace) -> Any:
+def _shape_args(args: argparse.Namespace) -> Any:
     """The fixed tree asked for (None: none), and -k/--n-draft resolved ("auto" when not
     given): both flags at once ask for two shapes, which is refused rather than guessed."""
     from .tree import TreeShape
@@ -580,7 +580,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     SamplingParams(args.temperature, args.top_k, args.top_p)
     from .engine import MAX_DRAFT
 
-    tree = _tree_arg(args)
+    tree = _shape_args(args)
     if args.n_draft != "auto" and not 0 <= args.n_draft <= MAX_DRAFT:
         raise LocalspecError(f"--n-draft must be 'auto' or in 0..{MAX_DRAFT}, got {args.n_draft}")
     if args.max_tokens < 1:
@@ -671,7 +671,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise LocalspecError(f"--max-queue must be >= 0, got {args.max_queue}")
     if args.api_key is not None and not args.api_key.strip():
         raise LocalspecError("--api-key is empty")
-    tree = _tree_arg(args)
+    tree = _shape_args(args)
     sock = listen(args.host, args.port)  # a busy port fails before the model loads
     draft: str | Literal[False] | None = False if args.no_draft else args.draft
     with (
@@ -708,7 +708,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise LocalspecError("give a prompt with --prompt/-p or on standard input")
         prompt = sys.stdin.read()
     draft: str | Literal[False] | None = False if args.no_draft else args.draft
-    tree = _tree_arg(args)
+    tree = _shape_args(args)
     with load(
         args.target, draft=draft, n_draft=args.n_draft, tree=tree, **_engine_options(args)
     ) as eng:

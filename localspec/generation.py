@@ -84,7 +84,8 @@ class Generation:
                     res = self._step()
                 tokens, accepted = res.tokens, [True] * res.n_accepted + [False]
         finally:
-            stats.auto = self.parts.scheduler.explain()
+            if self.mode.kind == "auto":  # not a superseded call's scheduler state
+                stats.auto = self.parts.scheduler.explain()
             self.totals.add(stats)
 
     # --- the prompt --------------------------------------------------------------------------
@@ -140,8 +141,8 @@ class Generation:
             if stats.generated >= self.max_tokens:
                 reason = "length"
                 break
-        # drafts the target accepted past the end (a stop string, EOS) were never emitted
-        stats.retract(len(out_t), sum(accepted[len(out_t) :]))
+        if len(out_t) < len(tokens):  # cut at a stop string or EOS: what follows was not emitted
+            stats.retract(len(out_t), sum(accepted[len(out_t) :]))
         if reason is None and parts.target.n >= parts.target.n_ctx:
             reason = "context_full"
         if reason is not None:

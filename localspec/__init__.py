@@ -26,7 +26,7 @@ from .stats import Stats
 
 if TYPE_CHECKING:  # the lazy names below, typed for type checkers
     from .converters.convert import convert
-    from .engine import MAX_DRAFT, Completion, Engine, Event, load
+    from .engine import DRAFT_SOURCES, MAX_DRAFT, Completion, Engine, Event, load
     from .sampling import SamplingParams
     from .tree import TreeShape
 
@@ -36,6 +36,7 @@ __all__ = [
     "Completion",
     "CheckpointError",
     "ContextFullError",
+    "DRAFT_SOURCES",
     "Engine",
     "Event",
     "GenerationError",
@@ -57,7 +58,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # The engine imports the native door (libllama); load it on first use so that
     # `import localspec` stays cheap and its errors surface as LocalspecError at use.
-    if name in ("load", "Engine", "Event", "Completion", "MAX_DRAFT"):
+    if name in ("load", "Engine", "Event", "Completion", "MAX_DRAFT", "DRAFT_SOURCES"):
         from . import engine
 
         return getattr(engine, name)

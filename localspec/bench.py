@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.resources
 import json
 import multiprocessing
 import os
@@ -33,10 +34,14 @@ from .errors import InvalidParameterError, LocalspecError
 from .lowlevel import verify_curve as verify_curve  # bench prints it; lowlevel owns it
 from .stats import Stats
 
-NAMED_SETS = ("mtbench", "humaneval", "long", "short")
+NAMED_SETS = ("mtbench", "humaneval", "long", "short", "copy")
 # "long"/"short": the same final ShareGPT questions, asked after their whole conversation
 # (1-3k tokens of history) or alone, from the end of the file (not what `train` used first)
 LONG_CHARS = (4000, 12000)
+# "copy": requests whose good answer copies most of the context (a whole edited file, a
+# proofread text, reshaped JSON, an earlier answer repeated with one change), written for
+# localspec and shipped in the package: where drafting from the context itself pays
+COPY_SET = "copy_heavy.jsonl"
 
 
 @dataclass
@@ -65,8 +70,56 @@ def _long_short(limit: int) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
     return long, short
 
 
+def _history(value: Any, where: str) -> list[Message]:
+    if value is None:
+        return []
+    ok = isinstance(value, list) and all(
+        isinstance(m, dict)
+        and m.get("role") in ("system", "user", "assistant")
+        and isinstance(m.get("content"), str)
+        for m in value
+    )
+    if not ok:
+        raise LocalspecError(
+            f'{where}: "history" must be a list of {{"role", "content"}} messages '
+            "(roles system, user, assistant)"
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def bench_records(text: str, source: str) -> list[BenchPrompt]:
+    """JSONL prompt records that may carry an "id" and a "history" of earlier messages (an
+    assistant's answer among them) before their "prompt" or "turns"; the history is sent
+    through the chat template ahead of the measured turns, never measured itself."""
+    out: list[BenchPrompt] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{source}:{n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LocalspecError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise LocalspecError(f'{where}: expected an object with "prompt" or "turns"')
+        turns = rec.get("turns") or ([rec["prompt"]] if "prompt" in rec else None)
+        if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+            raise LocalspecError(f'{where}: needs "prompt" or "turns" strings')
+        pid = rec.get("id", f"{source}-{len(out)}")
+        out.append(BenchPrompt(str(pid), list(turns), _history(rec.get("history"), where)))
+    return out
+
+
+def copy_prompts() -> list[BenchPrompt]:
+    """The copy-heavy set (localspec/data/copy_heavy.jsonl): code edits returning the whole
+    file (code-*), text fixes (text-*), JSON reshaping (json-*) and chats that ask for an
+    earlier answer again with one change (chat-*)."""
+    res = importlib.resources.files("localspec") / "data" / COPY_SET
+    return bench_records(res.read_text(encoding="utf-8"), COPY_SET)
+
+
 def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
-    """A named set (mtbench, humaneval, long, short) or a JSONL file of prompts."""
+    """A named set (mtbench, humaneval, long, short, copy) or a JSONL file of prompts."""
     if limit is not None and limit < 1:
         raise InvalidParameterError("--limit must be >= 1")
     if spec == "mtbench":
@@ -79,6 +132,8 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
     elif spec in ("long", "short"):
         long, short = _long_short(limit or 16)
         out = list(long if spec == "long" else short)
+    elif spec == "copy":
+        out = copy_prompts()
     elif os.path.exists(spec) or os.path.dirname(spec) or os.path.splitext(spec)[1]:
         # a path (a folder or an extension such as .jsonl): jsonl_prompts says what is wrong
         out = [
@@ -96,7 +151,7 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
 @dataclass
 class SettingResult:
     label: str  # "plain", "auto", "k=3", "tree 4x2/8"
-    gen: dict[str, Any]  # what engine.chat gets to run it (n_draft / tree)
+    gen: dict[str, Any]  # what engine.chat gets to run it (n_draft / tree, draft_source)
     stats: Stats = field(default_factory=Stats)
     prompt_tps: list[float] = field(default_factory=list)
     mismatches: int = 0  # greedy prompts whose tokens differ from plain decoding
@@ -128,6 +183,9 @@ class SettingResult:
             "t_draft": st.t_draft,
             "t_glue": st.t_glue,
             "mismatches": self.mismatches,
+            "draft_source": self.gen.get("draft_source"),
+            # per draft source: steps it drafted in, drafted, accepted, tau, acceptance_rate
+            "sources": {name: x.as_dict() for name, x in sorted(st.sources.items())},
         }
         if plain is not None:
             d["speedup"] = speedup(self, plain)
@@ -135,13 +193,18 @@ class SettingResult:
         return d
 
 
-def settings_for(ks: Sequence[int], trees: Sequence[Any], auto: bool) -> list[SettingResult]:
-    """Plain first, then auto, every fixed chain length and every fixed tree shape."""
-    out = [SettingResult("plain", {"n_draft": 0})]
+def settings_for(
+    ks: Sequence[int], trees: Sequence[Any], auto: bool, source: str = "auto"
+) -> list[SettingResult]:
+    """Plain first, then auto, every fixed chain length and every fixed tree shape; the
+    speculative settings draft from ``source`` (the engine's draft_source: auto, eagle or
+    ngram)."""
+    plain = SettingResult("plain", {"n_draft": 0, "draft_source": "none"})
+    out = [plain]
     if auto:
-        out.append(SettingResult("auto", {"n_draft": "auto"}))
-    out += [SettingResult(f"k={k}", {"n_draft": k}) for k in ks]
-    out += [SettingResult(str(t), {"tree": t}) for t in trees]
+        out.append(SettingResult("auto", {"n_draft": "auto", "draft_source": source}))
+    out += [SettingResult(f"k={k}", {"n_draft": k, "draft_source": source}) for k in ks]
+    out += [SettingResult(str(t), {"tree": t, "draft_source": source}) for t in trees]
     return out
 
 
@@ -234,8 +297,10 @@ def run_set(
 
 def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
     turns = "greedy" if temperature == 0 else f"temperature {temperature}"
+    source = next((s.gen["draft_source"] for s in res.settings[1:] if "draft_source" in s.gen), "")
+    drafts = f", draft source {source}" if source else ""
     lines = [
-        f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}",
+        f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}{drafts}",
         f"{'setting':>15} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5}  "
         "acceptance by position | shapes run (auto: model's predicted tok/s)",
     ]
@@ -252,6 +317,8 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
             f"{s.label:>15} {st.tokens_per_s:8.1f} {speedup(s, plain):7.2f}x "
             f"{median_speedup(s, plain):6.2f}x {tau}  {acc}{extra}{flag}"
         )
+        if s.speculative and st.sources:
+            lines.append(f"{'':>15} {format_sources(st)}")
     best = res.best_fixed()
     line = f"best fixed setting: {best.label} ({speedup(best, plain):.2f}x plain)"
     auto = res.auto()
@@ -262,6 +329,14 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
         )
     lines.append(line)
     return "\n".join(lines)
+
+
+def format_sources(st: Stats) -> str:
+    """Per draft source: accepted/drafted, acceptance and tau (per step it drafted in)."""
+    return "  ".join(
+        f"{name} {x.accepted}/{x.drafted} ({100 * x.acceptance_rate:.0f}%) tau {x.tau:.2f}"
+        for name, x in sorted(st.sources.items())
+    )
 
 
 def format_curve(curve: dict[int, float]) -> str:

@@ -1,6 +1,7 @@
 """Calibrating auto's cost model on this machine, and keeping the result on disk.
 
-Timing real decodes of growing batch sizes takes up to ~0.6 s; the result depends only on the
+Timing real decodes of growing batch sizes takes a fraction of a second for small targets and
+up to BUDGET_S on a 2-core CPU with a 1.5B target; the result depends only on the
 machine, the llama.cpp build, the two files and how they run, so it is stored under the user
 cache folder (``$LOCALSPEC_CACHE_DIR`` or platformdirs' user cache dir) keyed by exactly those,
 and a later process with the same key starts without re-timing. A stale (older than
@@ -29,10 +30,13 @@ from .drafter import Drafter
 from .options import RuntimeOptions
 from .target import Target
 
-FORMAT = 1
+FORMAT = 2
 MAX_AGE_S = 7 * 24 * 3600.0
-SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
-BUDGET_S = 0.6  # stop timing larger batches once this much time was spent
+SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 28, 33, 48, 64)
+BUDGET_S = 8.0  # stop timing larger batches once this much cost-clock time was spent
+ALWAYS = 33  # sizes up to this are timed (n-gram drafts of up to 32 tokens, the root)
+PAYS = 0.9  # past ALWAYS, a size is timed while its rows still cost less than PAYS x the
+# average row of the last size: a longer draft accepted whole would gain no more
 
 
 @dataclass
@@ -59,15 +63,16 @@ def _best_time(fn: Callable[[], object], clock: Clock) -> float:
 
 def measure(
     target: Target,
-    drafter: Drafter,
+    drafter: Drafter | None,
     *,
     max_rows: int,
     top_ks: tuple[int, ...],
     clock: Clock = perf_counter,
 ) -> Calibration:
-    """Time real target decodes of growing batch sizes up to max_rows (until a budget of cost-
-    clock time is spent) and the drafter's decodes per frontier width, on the cost clock. Both
-    caches are cleared."""
+    """Time real target decodes of growing batch sizes up to max_rows and the drafter's
+    decodes per frontier width, on the cost clock, within BUDGET_S; past ALWAYS rows only while
+    a bigger batch's extra rows still cost less than an average row. Both caches are
+    cleared."""
     tok = [t % target.n_vocab for t in range(1000, 1000 + max(max_rows, 8))]
     times: dict[int, float] = {}
     spent = clock()  # the budget is on the cost clock too: stalls must not cut the curve short
@@ -85,7 +90,12 @@ def measure(
         times[n] = _best_time(run, clock)
         if n >= 2 and clock() - spent > BUDGET_S:
             break
+        prev = max((m for m in times if m < n), default=0)
+        if n > ALWAYS and (times[n] - times[prev]) / (n - prev) > PAYS * times[prev] / prev:
+            break
     target.clear()
+    if drafter is None:
+        return Calibration(times, {}, 0.0)
 
     taps = np.zeros((2, drafter.tap_width), dtype=np.float32)
     g = drafter.encode(taps)
@@ -139,7 +149,11 @@ def _cpu_name() -> str:
 
 
 def cache_key(
-    target: Target, drafter: Drafter, rt: RuntimeOptions, max_rows: int, top_ks: tuple[int, ...]
+    target: Target,
+    drafter: Drafter | None,
+    rt: RuntimeOptions,
+    max_rows: int,
+    top_ks: tuple[int, ...],
 ) -> dict[str, Any]:
     """Everything a calibration depends on."""
     from ._native import INSTALLED_LLAMA_CPP_PYTHON
@@ -154,7 +168,7 @@ def cache_key(
         },
         "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,
         "target": _file_identity(target.path),
-        "drafter": _file_identity(drafter.spec.path),
+        "drafter": _file_identity(drafter.spec.path) if drafter is not None else None,
         "runtime": asdict(rt),
         "max_rows": max_rows,
         "top_ks": list(top_ks),
@@ -207,7 +221,7 @@ def save(key: dict[str, Any], cal: Calibration) -> None:
 
 def calibrate(
     target: Target,
-    drafter: Drafter,
+    drafter: Drafter | None,
     rt: RuntimeOptions,
     *,
     max_rows: int,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from . import __version__
 from .errors import LocalspecError
-from .options import KV_TYPES
+from .options import DRAFT_SOURCES, KV_TYPES
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -23,23 +23,56 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--draft", help="drafter GGUF (default: NAME.eagle3.gguf next to the target)")
-    g.add_argument("--no-draft", action="store_true", help="plain decoding, no speculation")
+    g.add_argument(
+        "--no-draft",
+        action="store_true",
+        help="plain decoding, no speculation: no drafter and no n-gram drafts "
+        "(--draft-source none)",
+    )
     p.add_argument(
         "--n-draft",
         "-k",
         type=_n_draft,
         default=None,
         help="'auto' (default: the cost model picks plain, a chain or a tree each step) or a "
-        "fixed chain length (0: plain)",
+        "fixed chain length (0: plain), from the EAGLE drafter (from the n-gram index with "
+        "--draft-source ngram)",
     )
     p.add_argument(
         "--tree",
         metavar="D,K,B",
-        help="a fixed draft tree instead: depth, top-k per node, node budget (e.g. 5,4,24)",
+        help="a fixed EAGLE draft tree instead: depth, top-k per node, node budget (e.g. 5,4,24)",
     )
+    _add_source_arg(p)
     _add_runtime_args(p)
     p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
     _add_cache_args(p)
+
+
+def _add_source_arg(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
+    what = "where the speculative settings' drafts come from" if bench else "where drafts come from"
+    p.add_argument(
+        "--draft-source",
+        choices=DRAFT_SOURCES,
+        default=None,
+        help=f"{what}: auto (default: the EAGLE drafter when one is loaded and the n-gram "
+        "index of the context, which needs no file), eagle, ngram (only the context: no "
+        "drafter needed), or none (plain decoding)",
+    )
+
+
+def _draft_args(args: argparse.Namespace) -> tuple[str | Literal[False] | None, str]:
+    """load()'s draft and draft_source: --no-draft is plain decoding, no speculation at all
+    (no drafter file and no n-gram drafting)."""
+    source = args.draft_source
+    if args.no_draft:
+        if source not in (None, "none"):
+            raise LocalspecError(
+                f"--no-draft means plain decoding (no drafter, no n-gram drafts) and "
+                f"--draft-source {source} asks for drafts: give one of them"
+            )
+        return False, "none"
+    return args.draft, source or "auto"
 
 
 def _add_cache_args(p: argparse.ArgumentParser) -> None:
@@ -96,13 +129,30 @@ def _shape_args(args: argparse.Namespace) -> Any:
         )
     if args.n_draft is None:
         args.n_draft = "auto"
-    return TreeShape.parse(args.tree) if args.tree else None
+    tree = TreeShape.parse(args.tree) if args.tree else None
+    if tree is not None and not tree.is_chain and args.draft_source == "ngram":
+        raise LocalspecError(_NGRAM_TREE.format(tree=args.tree))
+    return tree
 
 
-def _warn_without_drafter(eng: Any, args: argparse.Namespace) -> None:
-    """A fixed chain or tree on an engine without a drafter runs plain decoding: say so."""
-    if eng.draft_path is None and (args.tree or args.n_draft not in ("auto", 0)):
-        asked = f"--tree {args.tree}" if args.tree else f"-k {args.n_draft}"
+_NGRAM_TREE = (
+    "--tree {tree}: fixed trees are drafted by the EAGLE drafter; --draft-source ngram takes "
+    "-k (a chain length, or auto)"
+)
+
+
+def _warn_without_drafter(eng: Any, args: argparse.Namespace, source: str) -> None:
+    """What needs the EAGLE drafter on an engine without one runs plain decoding: a fixed
+    chain or tree (unless n-gram drafts fill the chain), or --draft-source eagle: say so."""
+    if eng.draft_path is not None or source in ("none", "ngram"):
+        return
+    fixed = args.tree or args.n_draft not in ("auto", 0)
+    if fixed or source == "eagle":
+        asked = (
+            f"--tree {args.tree}"
+            if args.tree
+            else (f"-k {args.n_draft}" if fixed else "--draft-source eagle")
+        )
         print(
             f"localspec: warning: {asked} runs plain decoding: {eng.drafter_note}",
             file=sys.stderr,
@@ -269,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompts",
         nargs="+",
         default=["mtbench", "humaneval"],
-        help="mtbench, humaneval, long, short, or JSONL files (default: mtbench humaneval)",
+        help="mtbench, humaneval, long, short, copy (copy-heavy edits), or JSONL files "
+        "(default: mtbench humaneval)",
     )
     b.add_argument("--k", default="1,2,3,4,5,6,8", help="fixed chain lengths to sweep")
     b.add_argument(
@@ -279,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="D,K,B",
         help="fixed draft-tree shapes to add (depth, top-k, node budget), e.g. 4,2,8",
     )
+    _add_source_arg(b, bench=True)
     b.add_argument(
         "--no-auto", action="store_true", help="leave out n_draft=auto (the default setting)"
     )
@@ -456,6 +508,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     trees = [TreeShape.parse(t) for t in args.tree]
     if not ks and not trees and args.no_auto:
         raise LocalspecError("nothing to compare: give --k, --tree, or drop --no-auto")
+    source = args.draft_source or "auto"
+    if source == "none":
+        raise LocalspecError("nothing to compare: --draft-source none is plain decoding")
+    if source == "ngram" and any(not t.is_chain for t in trees):
+        bad = next(t for t in args.tree if not TreeShape.parse(t).is_chain)
+        raise LocalspecError(_NGRAM_TREE.format(tree=bad))
     if args.max_tokens < 1:
         raise LocalspecError("--max-tokens must be >= 1")
     sets = {
@@ -465,17 +523,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise LocalspecError("--busy must be >= 0")
     eng = load(args.target, draft=args.draft, **_engine_options(args))
     with eng, bench.busy_load(args.busy):
-        if eng.draft_path is None:
+        if eng.draft_path is None and (source == "eagle" or (source == "auto" and args.no_auto)):
+            # auto drafts from the n-gram index without a drafter; fixed -k / --tree do not
             raise LocalspecError(
-                f"bench compares speculation with plain decoding: {eng.drafter_note}"
+                f"bench compares speculation with plain decoding: {eng.drafter_note} "
+                "(auto and --draft-source ngram need no drafter)"
             )
-        print(f"target:  {eng.target_path}\ndrafter: {eng.draft_path}", file=sys.stderr)
+        print(
+            f"target:  {eng.target_path}\ndrafter: {eng.draft_path}\ndraft source: {source}",
+            file=sys.stderr,
+        )
         if args.busy:
             print(f"with {args.busy} other processes busy on the CPU", file=sys.stderr)
         eng.complete("Hello", max_tokens=8)  # warm-up: first-call costs stay out of the numbers
         results = []
         for name, prompts in sets.items():
-            settings = bench.settings_for(ks, trees, auto=not args.no_auto)
+            settings = bench.settings_for(ks, trees, auto=not args.no_auto, source=source)
             bar = tqdm(total=len(prompts) * len(settings), desc=name, unit="run", leave=False)
 
             def tick(done: int, total: int, bar: Any = bar) -> None:
@@ -495,7 +558,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             results.append(res)
             print(bench.format_table(res, args.max_tokens, args.temperature) + "\n")
         sizes = {1, 2, *[k + 1 for k in ks], *[t.budget + 1 for t in trees]}
-        curve = bench.verify_curve(eng, sorted(sizes), taps=True)
+        # taps on as EAGLE speculation runs them (a target without a drafter has none)
+        curve = bench.verify_curve(eng, sorted(sizes), taps=eng.draft_path is not None)
         print(bench.format_curve(curve))
         data = bench.report(
             results,
@@ -506,6 +570,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "ks": ks,
                 "trees": [str(t) for t in trees],
                 "auto": not args.no_auto,
+                "draft_source": source,
                 "max_tokens": args.max_tokens,
                 "temperature": args.temperature,
                 "limit": args.limit,
@@ -605,11 +670,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .tui.app import ChatOptions, LocalspecApp
     from .tui.store import ChatStore
 
+    draft, source = _draft_args(args)
     opts = ChatOptions(
         target=target,
-        draft=False if args.no_draft else args.draft,
+        draft=draft,
         n_draft=args.n_draft,
         tree=tree,
+        draft_source=source,
         n_gpu_layers=args.gpu_layers,
         n_threads=args.threads,
         n_ctx=args.ctx,
@@ -672,8 +739,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         raise LocalspecError("--api-key is empty")
     tree = _shape_args(args)
+    draft, source = _draft_args(args)
     sock = listen(args.host, args.port)  # a busy port fails before the model loads
-    draft: str | Literal[False] | None = False if args.no_draft else args.draft
     with (
         sock,
         load(
@@ -681,13 +748,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             draft=draft,
             n_draft=args.n_draft,
             tree=tree,
+            draft_source=source,
             **_engine_options(args),
         ) as eng,
     ):
         app = create_app(eng, api_key=args.api_key, max_queue=args.max_queue)
         server = make_server(app)
-        print(f"localspec: {eng.drafter_note}", file=sys.stderr)
-        _warn_without_drafter(eng, args)
+        print(f"localspec: {eng.drafter_note}; draft source {source}", file=sys.stderr)
+        _warn_without_drafter(eng, args, source)
         if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
             print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)
         print(f"serving {os.path.basename(eng.target_path)} at {base_url(sock)}/v1", flush=True)
@@ -707,10 +775,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if sys.stdin is None or sys.stdin.isatty():
             raise LocalspecError("give a prompt with --prompt/-p or on standard input")
         prompt = sys.stdin.read()
-    draft: str | Literal[False] | None = False if args.no_draft else args.draft
+    draft, source = _draft_args(args)
     tree = _shape_args(args)
     with load(
-        args.target, draft=draft, n_draft=args.n_draft, tree=tree, **_engine_options(args)
+        args.target,
+        draft=draft,
+        n_draft=args.n_draft,
+        tree=tree,
+        draft_source=source,
+        **_engine_options(args),
     ) as eng:
         kw = dict(
             max_tokens=args.max_tokens,
@@ -728,7 +801,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for note in eng.last_stats.notes:  # what was asked for and cannot be done
             print(f"localspec: warning: {note}", file=sys.stderr)
         if args.stats:
-            print(f"[{eng.drafter_note}]", file=sys.stderr)
+            print(f"[{eng.drafter_note}; draft source {source}]", file=sys.stderr)
         texts = []
         reason = None
         for ev in events:
@@ -744,16 +817,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 "text": "".join(texts),
                 "finish_reason": reason,
                 "drafter": eng.draft_path,
-                "stats": stats.as_dict(),
+                "draft_source": source,
+                "stats": stats.as_dict(),  # stats.sources: drafted/accepted/tau per source
             }
             print(json.dumps(out, indent=2))
         else:
             print()
         if args.stats:
             print(stats.summary(), file=sys.stderr)
+            for line in source_lines(stats):
+                print(line, file=sys.stderr)
             if stats.auto is not None:  # why auto ran what it ran, in its own numbers
                 print(stats.auto.reason, file=sys.stderr)
     return 0
+
+
+def source_lines(stats: Any) -> list[str]:
+    """One line per draft source that drafted: drafted, accepted and tau (tokens per step it
+    drafted in, counting the target's own)."""
+    return [
+        f"  {name}: {st.drafted} drafted, {st.accepted} accepted "
+        f"({100 * st.acceptance_rate:.0f}%), tau {st.tau:.2f} over {st.steps} "
+        f"step{'' if st.steps == 1 else 's'}"
+        for name, st in sorted(stats.sources.items())
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,6 +95,9 @@ class VerifyCurve:
         self.ratio = {n: _Recent(t / base, WINDOW, CALIBRATION_REPS) for n, t in times.items()}
         self.ratio[1] = _Recent(1.0, 1, 1)
         self._sizes = sorted(self.ratio)
+        self._shape_version = 0  # bumped when a size's shape t(n)/t(1) moved
+        self._table_key = (-1, -1)
+        self._table = np.zeros(0)
 
     @property
     def max_measured(self) -> int:
@@ -133,7 +136,18 @@ class VerifyCurve:
         if r is None:  # a size never measured: its guessed shape is replaced by what we see
             r = self.ratio[n] = _Recent(self._ratio(n), WINDOW)
             self._sizes = sorted(self.ratio)
+            self._shape_version += 1
+        before = r.value
         r.update(seconds / self.base.value)
+        if r.value != before:
+            self._shape_version += 1
+
+    def table(self, n: int) -> np.ndarray:
+        """t(0..n) as an array (the shape is kept until a size's shape moves)."""
+        if self._table_key != (n, self._shape_version):
+            self._table = np.array([self._ratio(i) for i in range(n + 1)])
+            self._table_key = (n, self._shape_version)
+        return self.base.value * self._table
 
 
 class Acceptance:
@@ -216,6 +230,11 @@ class Verdict:
     needed: float | None  # acceptance per position that chain needs; None: no acceptance can
     reached: float  # the drafter's first-position acceptance, as auto estimates it
     drafts_seen: float  # first-position drafts behind that estimate (faded with age)
+    eagle: bool = True  # an EAGLE drafter takes part
+    ngram: str = ""  # the n-gram source's acceptance in words ("": not in use)
+
+    def with_sources(self, *, eagle: bool, ngram: str) -> Verdict:
+        return replace(self, eagle=eagle, ngram=ngram)
 
     @property
     def reason(self) -> str:
@@ -231,23 +250,36 @@ class Verdict:
             f"{chain} costs {self.cost_ratio:.2f}x a plain step here "
             f"(verifying {self.chain + 1} tokens {self.verify_ratio:.2f}x one, plus drafting)"
         )
+        ngram = f"; {self.ngram}" if self.ngram else ""
+        if not self.eagle:
+            cost = cost.replace("plus drafting", "n-gram lookups cost little")
+            need = (
+                "so no n-gram draft can pay"
+                if self.needed is None
+                else f"so an n-gram draft pays above {self.needed:.0%} acceptance per position"
+            )
+            return f"auto drafts from the context's n-grams where they pay: {cost}, {need}{ngram}"
         if self.shape is None:
             need = (
                 "so no acceptance can pay"
                 if self.needed is None
                 else f"so it pays only above {self.needed:.0%} acceptance per position"
             )
-            return f"auto runs plain decoding: {cost}, {need}; {seen}"
+            what = "no EAGLE drafts" if self.ngram else "plain decoding"
+            return f"auto runs {what}: {cost}, {need}; {seen}{ngram}"
         what = "probes with" if self.explore else "drafts"
         return (
             f"auto {what} {self.shape}: expected {self.expected_speedup:.2f}x plain "
-            f"({self.expected_tokens:.2f} tokens per step); {cost}; {seen}"
+            f"({self.expected_tokens:.2f} tokens per step); {cost}; {seen}{ngram}"
         )
 
     @property
     def brief(self) -> str:
         """The reason in a few words, for narrow places (the chat's side panel)."""
         drafter = f"drafter {self.reached:.0%}" if self.drafts_seen >= 1 else "drafter unmeasured"
+        if not self.eagle:
+            need = "no draft pays" if self.needed is None else f"drafts need {self.needed:.0%}"
+            return f"n-gram only: {self.chain}-token draft costs {self.cost_ratio:.2f}x, {need}"
         if self.shape is None:
             need = "no acceptance pays" if self.needed is None else f"needs {self.needed:.0%}"
             return (
@@ -267,6 +299,8 @@ class Verdict:
             "needed_acceptance": self.needed,
             "drafter_acceptance": self.reached,
             "drafts_seen": self.drafts_seen,
+            "eagle": self.eagle,
+            "ngram": self.ngram,
             "reason": self.reason,
             "brief": self.brief,
         }
@@ -327,9 +361,11 @@ class CostModel:
         if shape is None:
             return self.verify(1) + self.glue["plain"].value
         k = shape.top_k
-        expand = self.expand.get(k) or self.expand[max(self.expand)]
         mode = "chain" if shape.is_chain else "tree"
         nodes = min(shape.budget, shape.depth) if shape.is_chain else shape.budget
+        if not self.expand:  # no drafter: a draft is priced by its verify and glue alone
+            return self.verify(1 + nodes) + self.glue[mode].value
+        expand = self.expand.get(k) or self.expand[max(self.expand)]
         return (
             self.verify(1 + nodes)
             + self.flush.value
@@ -401,8 +437,6 @@ class CostModel:
             # clipped near the end: drafting only if the model still expects it to pay
             clipped = self.predict(plan.shape.clipped(budget))
             return clipped if clipped.tokens_per_s > plain.tokens_per_s else plain
-        if plan.explore:
-            self._plan = None  # a probe is one step; decide again afterwards
         return plan
 
     def _replan(self) -> None:
@@ -472,23 +506,29 @@ class CostModel:
         t_verify: float,
         t_flush: float,
         t_draft: float,
-        t_glue: float,
+        t_glue: float | None,
         ranks: list[tuple[int, int]],
         emitted: int,
     ) -> None:
+        """One step's costs (cost clock) and the ranks the target's tokens had among the
+        drafter's candidates; t_glue None: a step whose glue is not an EAGLE or plain step's."""
         self._steps_since_t1 = 0 if verify_rows == 1 else self._steps_since_t1 + 1
+        if shape is not None and self._plan is not None and self._plan.explore:
+            self._plan = None  # a probe is one step (once it ran): decide again afterwards
         before = self.verify(verify_rows)
         self.verify.observe(verify_rows, t_verify)
         if abs(self.verify(verify_rows) - before) > 0.1 * before:
             self._costs_version += 1
         if shape is None:
-            self.glue["plain"].update(t_glue + t_draft)  # plain steps' drafter work: queueing
+            if t_glue is not None:
+                self.glue["plain"].update(t_glue + t_draft)  # plain steps' drafter work
         else:
             self.flush.update(t_flush)
             if shape.depth > 1:
                 per = max(t_draft - t_flush, 0.0) / (shape.depth - 1)
                 self.expand.setdefault(shape.top_k, _Recent(per, WINDOW)).update(per)
-            self.glue["chain" if shape.is_chain else "tree"].update(t_glue)
+            if t_glue is not None:
+                self.glue["chain" if shape.is_chain else "tree"].update(t_glue)
         for depth, rank in ranks:
             self.acceptance.observe(depth, rank)
         self.acceptance.advance(emitted)

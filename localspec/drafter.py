@@ -15,8 +15,7 @@ decoder output is the first draft. Positions from ``end`` on are scratch for dra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from time import perf_counter
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -73,8 +72,6 @@ class Drafter:
         self._queued_g: list[np.ndarray] = []  # encoded rows of queued pairs
         self._queued_taps: list[np.ndarray] = []  # ... then taps not yet encoded
         self._n_queued_taps = 0
-        self.t_flush = 0.0  # cost-clock seconds the last flush took (the cost model's input)
-        self.clock: Callable[[], float] = perf_counter  # the engine sets auto's cost clock
 
     def _check_loaded(self, target: Target) -> None:
         if self.model.n_embd != self.spec.n_embd:
@@ -119,14 +116,12 @@ class Drafter:
     def flush(self) -> tuple[np.ndarray, np.ndarray]:
         """Write the queued pairs; return the last row's logits (a view) and feedback state:
         the distribution and input of the first draft position."""
-        t0 = self.clock()
         self._encode_queued()
         g = np.concatenate(self._queued_g) if len(self._queued_g) > 1 else self._queued_g[0]
         tokens = self._pair_tokens[self.end - self.start :]
         logits, h = self.decode(tokens, g, self.end)
         self.end += len(tokens)
         self._queued_g = []
-        self.t_flush = self.clock() - t0
         return logits, h
 
     def rewind(self, pos: int | None = None) -> None:

@@ -16,16 +16,23 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import _native as N
 from .chat_template import ChatFormatter
+from .clocks import cost_clock
 from .discovery import default_target, find_drafter
 from .drafter import Drafter
 from .drafter_spec import DrafterSpec
+from .drafttree import EAGLE, NGRAM
 from .errors import ContextFullError, GenerationError, InvalidParameterError, LocalspecError
 from .generation import Event, FinishReason, Generation
+from .gguf_keys import RECURRENT_ARCHS
 from .options import (
+    DRAFT_SOURCES,
     MAX_DRAFT,
+    DraftSource,
     NDraft,
     RuntimeOptions,
+    check_draft_source,
     check_flash_attn,
     check_int,
     check_n_draft,
@@ -33,15 +40,16 @@ from .options import (
     check_tree,
 )
 from .parts import Parts
+from .probe import Probe
 from .sampling import SamplingParams
 from .scheduler import Mode, Scheduler
-from .speculative import GREEDY, draft_chain
+from .specstate import DraftRequest, SpecState
 from .stats import Stats
 from .target import Target
 from .textstream import decode_text
 from .tree import TreeShape
 
-__all__ = ["MAX_DRAFT", "Completion", "Engine", "Event", "FinishReason", "load"]
+__all__ = ["DRAFT_SOURCES", "MAX_DRAFT", "Completion", "Engine", "Event", "FinishReason", "load"]
 
 
 @dataclass
@@ -59,14 +67,19 @@ def load(
     **options: Any,
 ) -> Engine:
     """Load a GGUF target and pair it with a drafter; options are Engine's (n_draft, tree,
-    n_gpu_layers, n_threads, n_ctx, n_batch, draft_batch, kv_type, flash_attn, recalibrate).
+    draft_source, n_gpu_layers, n_threads, n_ctx, n_batch, draft_batch, kv_type, flash_attn,
+    recalibrate).
 
-    draft: a path; None finds ``NAME.eagle3.gguf`` (or a drafter recorded for this target) next
-    to the target; False runs without speculation. n_gpu_layers=-1 offloads every layer
-    (CUDA/Metal builds). n_draft: "auto" (default) lets the cost model choose plain decoding,
-    a chain or a tree at every step; an integer fixes a chain of that length (0: plain). tree:
-    a fixed TreeShape (or "DEPTH,TOP_K,BUDGET") instead. recalibrate: time this machine again
-    for auto instead of using the stored calibration.
+    draft: an EAGLE-3 drafter's path; None finds ``NAME.eagle3.gguf`` (or a drafter recorded
+    for this target) next to the target; False loads none. draft_source: where drafts come
+    from: "auto" (default: the EAGLE drafter when loaded and the n-gram index of the context,
+    which needs no file), "eagle", "ngram", or "none" (plain decoding). n_gpu_layers=-1
+    offloads every layer (CUDA/Metal builds). n_draft: "auto" (default) lets the cost model
+    choose at every step between plain decoding, the sources' chains and trees and a merged
+    tree; an integer fixes a chain of that length (0: plain), from the EAGLE drafter (or the
+    n-gram index with draft_source="ngram"). tree: a fixed EAGLE TreeShape (or
+    "DEPTH,TOP_K,BUDGET") instead. recalibrate: time this machine again for auto instead of
+    using the stored calibration.
     """
     return Engine(target, draft, **options)
 
@@ -81,6 +94,7 @@ class Engine:
         *,
         n_draft: NDraft = "auto",
         tree: TreeShape | str | tuple[int, int, int] | None = None,
+        draft_source: DraftSource = "auto",
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         n_ctx: int = 4096,
@@ -92,6 +106,7 @@ class Engine:
     ) -> None:
         self._n_draft = check_n_draft(n_draft)
         self._tree = check_tree(tree)
+        self._source = check_draft_source(draft_source)
         self._rt = RuntimeOptions(
             n_ctx,
             n_batch,
@@ -114,8 +129,11 @@ class Engine:
         self.drafter_note = ""
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
         spec = DrafterSpec(os.fspath(draft)) if draft is not None and draft is not False else None
-        max_tree, self._max_top_k = Scheduler.capacity(n_batch, draft_batch)
-        self._max_tree = 0 if draft is False else max_tree
+        self._max_tree, self._max_top_k = Scheduler.capacity(n_batch, draft_batch)
+        if draft is False or N.GGUFHeader(target_path).architecture in RECURRENT_ARCHS:
+            # no drafter: n-gram chains need no tree sequences, and each sequence costs a
+            # sliding-window cache (Gemma 3) or a recurrent state its memory
+            self._max_tree = 0
         self._target = Target(target_path, self._rt, tree_nodes=self._max_tree)
         try:
             passed = ""
@@ -131,7 +149,7 @@ class Engine:
                 )
                 self.drafter_note = f"{spec.variant} drafter {spec.path}"
             elif draft is False:
-                self.drafter_note = "speculation off"
+                self.drafter_note = "no EAGLE drafter (draft=False)"
             else:
                 self.drafter_note = f"no drafter found next to {target_path}"
             if passed:
@@ -139,15 +157,17 @@ class Engine:
         except BaseException:
             self._target.close()
             raise
+        # a recurrent or hybrid state cannot be cut back after a rejected draft
+        self._can_draft = not self._target.model.recurrent
         self._eog = self._target.model.eog_mask()
         self._chat = ChatFormatter(self._target.model, self._target.path)
         self._scheduler = Scheduler(
-            self._target,
-            self._drafter,
-            self._rt,
+            has_drafter=self._drafter is not None,
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
         )
+        self._probe = Probe(cost_clock(self._rt.n_gpu_layers != 0 and N.gpu_offload_supported()))
+        self._state = SpecState(self._target, self._drafter, self._probe)
 
     # --- what is loaded ------------------------------------------------------------------------
 
@@ -168,6 +188,11 @@ class Engine:
     def n_ctx(self) -> int:
         """The context window in tokens (llama.cpp may round the requested size up)."""
         return self._target.n_ctx
+
+    @property
+    def draft_source(self) -> DraftSource:
+        """Where this engine's calls draft from unless a call says otherwise."""
+        return self._source
 
     @property
     def n_threads(self) -> int:
@@ -225,16 +250,18 @@ class Engine:
         stop: str | Sequence[str] = (),
         n_draft: NDraft | None = None,
         tree: TreeShape | str | tuple[int, int, int] | None = None,
+        draft_source: DraftSource | None = None,
         add_special: bool = True,
         parse_special: bool = False,
     ) -> Generator[Event, None, None]:
-        """Stream a continuation of ``prompt`` (text, or token ids) event by event. n_draft and
-        tree override the engine's for this call (tree wins when both are given). A newer call
-        on the same engine supersedes this one: its next step raises GenerationError."""
+        """Stream a continuation of ``prompt`` (text, or token ids) event by event. n_draft,
+        tree and draft_source override the engine's for this call (tree wins when both tree
+        and n_draft are given). A newer call on the same engine supersedes this one: its next
+        step raises GenerationError."""
         self._check_open()
         sp = SamplingParams(float(temperature), top_k, float(top_p))
         check_int("max_tokens", max_tokens, 0, 1 << 24)
-        mode, notes = self._mode(n_draft, tree)
+        mode, notes = self._mode(n_draft, tree, draft_source)
         if seed is not None:
             check_int("seed", seed, 0, 2**63 - 1)
         stops = check_stops(stop)
@@ -304,7 +331,7 @@ class Engine:
             lock=self._step_lock,
             totals=self.stats,
             max_tokens=1,
-            sampling=GREEDY,
+            sampling=SamplingParams(),
             seed=0,
             stops=[],
             mode=Mode("chain", TreeShape(k, 1, k)),
@@ -312,8 +339,8 @@ class Engine:
         self._current = gen
         with self._step_lock(gen):
             gen.prefill()
-            drafts, _ = draft_chain(self._drafter, k, GREEDY, np.random.default_rng(0))
-            self._drafter.rewind()
+            tree = self._state.draft(DraftRequest(TreeShape(k, 1, k)), np.random.default_rng(0))
+        drafts = list(tree.tokens)
         return drafts
 
     def reset(self) -> None:
@@ -349,6 +376,8 @@ class Engine:
             self._eog,
             self._max_tree,
             self._max_top_k,
+            self._state,
+            self._probe,
         )
 
     @contextmanager
@@ -361,9 +390,7 @@ class Engine:
 
     def _empty_caches(self) -> None:
         """Both caches hold nothing: the next call processes its whole prompt."""
-        self._target.clear()
-        if self._drafter is not None:
-            self._drafter.restart(0)
+        self._state.reset()
 
     def _check_open(self) -> None:
         if self._closed:  # a NULL context would crash inside llama.cpp
@@ -388,17 +415,47 @@ class Engine:
 
     # --- argument checks -----------------------------------------------------------------------
 
-    def _mode(self, n_draft: NDraft | None, tree: Any) -> tuple[Mode, list[str]]:
+    def _mode(
+        self, n_draft: NDraft | None, tree: Any, draft_source: Any = None
+    ) -> tuple[Mode, list[str]]:
         """The mode a call runs, and a note for each part of the request it cannot honour."""
         k = self._n_draft if n_draft is None else check_n_draft(n_draft)
         shape = check_tree(tree) if tree is not None else (self._tree if n_draft is None else None)
+        source = self._source if draft_source is None else check_draft_source(draft_source)
         notes: list[str] = []
+        if source == "none":
+            return Mode("plain"), notes
+        if not self._can_draft:
+            fixed = k not in (0, "auto") or shape is not None or source != "auto"
+            if fixed:
+                notes.append(
+                    f"{self._target.architecture} has recurrent layers, whose state cannot be "
+                    "cut back after a rejected draft: plain decoding"
+                )
+            return Mode("plain"), notes
+        if source == "ngram":
+            if shape is not None and not shape.is_chain:
+                raise InvalidParameterError(
+                    f"{shape}: fixed trees are drafted by the EAGLE drafter; n-gram drafts "
+                    "take n_draft (a chain length, or auto)"
+                )
+            ngram = frozenset({NGRAM})
+            if shape is not None:
+                return Mode("chain", shape, ngram), notes
+            if k == "auto":
+                return Mode("auto", None, ngram), notes
+            return (Mode("chain", TreeShape(k, 1, k), ngram) if k else Mode("plain")), notes
         if self._drafter is None:
             fixed = k not in (0, "auto")  # auto and 0 ask for nothing a drafter must give
             asked = str(shape) if shape is not None else (f"n_draft={k}" if fixed else "")
             if asked:  # no drafter: plain decoding, whatever was asked
                 notes.append(f"{asked} runs plain decoding: {self.drafter_note}")
-            return Mode("plain"), notes
+                return Mode("plain"), notes
+            if source == "eagle":
+                if k == "auto":
+                    notes.append(f"draft_source=eagle runs plain decoding: {self.drafter_note}")
+                return Mode("plain"), notes
+            return (Mode("auto", None, frozenset({NGRAM})) if k == "auto" else Mode("plain")), notes
         if shape is not None:
             if shape.top_k > max(1, self._max_top_k) or (
                 not shape.is_chain and shape.budget > self._max_tree
@@ -412,7 +469,8 @@ class Engine:
             # even a top-1 tree accepts by the target's own draws
             return Mode("tree", shape), notes
         if k == "auto":
-            return Mode("auto"), notes
+            sources = {EAGLE, NGRAM} if source == "auto" else {EAGLE}
+            return Mode("auto", None, frozenset(sources)), notes
         return (Mode("chain", TreeShape(k, 1, k)) if k else Mode("plain")), notes
 
     def _prompt_tokens(

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from time import perf_counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .drafttree import DraftTree
+from .errors import GenerationError
 from .sampling import Draws, SamplingParams
-from .scheduler import Mode, StepPlan, shape_label
-from .speculative import StepResult, pick, speculative_step
+from .scheduler import Mode, StepCosts, StepPlan
+from .specstate import DraftRequest
 from .stats import Stats
+from .step import speculative_step
 from .textstream import TextStream
-from .tree import tree_step
+from .verify import Outcome, pick
 
 if TYPE_CHECKING:
-    from .drafter import Drafter
     from .parts import Parts
 
 EXPLAIN_EVERY = 32  # steps between refreshes of auto's reason in the running statistics
@@ -31,8 +32,10 @@ class Event:
 
     text: str
     tokens: list[int]
-    accepted: list[bool]  # per token: True where the drafter proposed it and it was accepted
+    accepted: list[bool]  # per token: True where a draft source proposed it and it was accepted
     finish_reason: FinishReason | None = None
+    # per token: who proposed it ("eagle", "ngram", "eagle+ngram"; "" for the target's own)
+    sources: list[str] = field(default_factory=list)
 
 
 class Generation:
@@ -73,16 +76,17 @@ class Generation:
             if self.max_tokens == 0:
                 yield Event("", [], [], "length")
                 return
-            tokens, accepted = [self.last], [False]
+            tokens, sources = [self.last], [""]
             while True:
-                event = self._emit(tokens, accepted)
+                event = self._emit(tokens, sources)
                 if event is not None:
+                    if event.finish_reason is not None:
+                        self._remember()
                     yield event
                     if event.finish_reason is not None:
                         return
                 with self.lock(self):
-                    res = self._step()
-                tokens, accepted = res.tokens, [True] * res.n_accepted + [False]
+                    tokens, sources = self._step()
         finally:
             if self.mode.kind == "auto":  # not a superseded call's scheduler state
                 stats.auto = self.parts.scheduler.explain()
@@ -92,48 +96,45 @@ class Generation:
 
     def prefill(self) -> None:
         """Keep the cached prefix of the prompt, decode the rest, choose the first token."""
-        parts, tgt = self.parts, self.parts.target
-        sched = parts.scheduler
-        sched.start(self.mode, recalibrate=self.recalibrate)  # may calibrate (clears caches)
-        self.stats.t_calibrate = sched.t_calibrate
-        t0 = perf_counter()
-        dft = parts.drafter if self.mode.drafts and not sched.dormant else None
-        tgt.set_taps_active(dft is not None)
-        tokens = self.prompt
-        keep = tgt.reusable(tokens)
-        if parts.drafter is not None:
-            # the drafter's pairs may end earlier (after plain or dormant calls, or an edit):
-            # when it drafts in this call, the target decodes those positions again for their
-            # taps, so the drafter sees the whole history as a fresh engine's would
-            have = parts.drafter.reusable(tokens, keep)
-            if dft is not None:
-                keep = have
-            parts.drafter.keep(min(have, keep))
-        tgt.keep(keep)
+        parts = self.parts
+        state, sched = parts.state, parts.scheduler
+        if sched.calibration_needed(self.mode, self.recalibrate):
+            wall = parts.probe.now()[0]
+            max_rows, widths = sched.calibration_request(parts.target.n_batch)
+            cal = state.calibrate(
+                parts.rt, max_rows=max_rows, top_ks=widths, recalibrate=self.recalibrate
+            )
+            sched.calibrated(cal)
+            if cal.measured:  # not when read from the disk cache
+                self.stats.t_calibrate = parts.probe.now()[0] - wall
+        sched.start(self.mode)
+        parts.probe.take()
+        keep, logits = state.begin(
+            self.prompt,
+            feed=sched.feeds_drafter,
+            index=sched.wants_ngram,
+            whole_history=self.mode.kind != "auto",
+        )
         self.stats.cached_tokens = keep
-        logits, taps = tgt.prefill(tokens[keep:])
-        self.last, _ = pick(logits, self.sp, self.draws.rng, self.draws.at(len(tokens)))
-        if dft is not None:
-            assert taps is not None and dft.next_pos == keep
-            # pairs (token[P+1], g[P]) for P = keep..; the last one's token is the first pick
-            dft.queue([*tokens[keep + 1 :], self.last], taps)
-        self.stats.t_prefill += perf_counter() - t0
+        self.last = pick(logits, self.sp, self.draws.rng, self.draws.at(len(self.prompt)))
+        state.chosen(self.last)
+        self.stats.t_prefill += sum(parts.probe.take()[0].values())  # prompt, index
 
     # --- emitting ----------------------------------------------------------------------------
 
-    def _emit(self, tokens: list[int], accepted: list[bool]) -> Event | None:
+    def _emit(self, tokens: list[int], sources: list[str]) -> Event | None:
         """The step's tokens as an event, cut at EOS, a stop string or the token budget; the
         context's end finishes generation too. None when nothing became visible."""
         parts, stats = self.parts, self.stats
         out_t: list[int] = []
-        out_a: list[bool] = []
+        out_s: list[str] = []
         reason: FinishReason | None = None
-        for t, a in zip(tokens, accepted, strict=True):
+        for t, s in zip(tokens, sources, strict=True):
             if parts.eog[t]:
                 reason = "eos"
                 break
             out_t.append(t)
-            out_a.append(a)
+            out_s.append(s)
             stats.generated += 1
             if self.text.feed(parts.target.model.piece(t)):
                 reason = "stop"
@@ -142,68 +143,103 @@ class Generation:
                 reason = "length"
                 break
         if len(out_t) < len(tokens):  # cut at a stop string or EOS: what follows was not emitted
-            stats.retract(len(out_t), sum(accepted[len(out_t) :]))
+            stats.retract(len(out_t), sources[len(out_t) :])
         if reason is None and parts.target.n >= parts.target.n_ctx:
             reason = "context_full"
+        accepted = [bool(s) for s in out_s]
         if reason is not None:
-            return Event(self.text.take(final=reason != "stop"), out_t, out_a, reason)
-        return Event(self.text.take(final=False), out_t, out_a) if out_t else None
+            text = self.text.take(final=reason != "stop")
+            return Event(text, out_t, accepted, reason, out_s)
+        return Event(self.text.take(final=False), out_t, accepted, None, out_s) if out_t else None
 
     # --- one step ----------------------------------------------------------------------------
 
-    def _step(self) -> StepResult:
-        """Ask the scheduler for a shape, run it, and let it learn from what it cost."""
-        parts, tgt, stats = self.parts, self.parts.target, self.stats
-        sched = parts.scheduler
+    def _step(self) -> tuple[list[int], list[str]]:
+        """Ask the scheduler for a plan, run the step, learn from it; the emitted tokens and
+        who proposed each."""
+        parts, stats = self.parts, self.stats
+        state, sched, probe = parts.state, parts.scheduler, parts.probe
+        tgt = parts.target
         # never draft past max_tokens or the context's end
         budget = min(self.max_tokens - stats.generated, tgt.n_ctx - tgt.n, tgt.n_batch) - 1
-        plan = sched.plan(budget, tgt.room(parts.max_tree + 2) - 1)
+        w0, c0 = probe.now()
+        proposal = state.lookup(sched.ngram_max, 3) if sched.wants_ngram and budget > 0 else None
+        offer = proposal.offer if proposal is not None else None
+        plan = sched.plan(budget, state.free_cells(), offer)
         if plan.wake:
-            self._wake()
+            state.wake()
         if plan.sleep:
-            tgt.set_taps_active(False)
-        dft = parts.drafter if self.mode.drafts and not sched.dormant else None
-        t0, c0 = perf_counter(), sched.clock()
-        res = self._run(plan, dft)
-        glue = perf_counter() - t0 - res.t_target - res.t_draft
-        c_glue = sched.clock() - c0 - res.c_target - res.c_draft
-        stats.t_target += res.t_target
-        stats.t_draft += res.t_draft
-        stats.t_glue += glue
-        shape = plan.shape
-        stats.record_step(
-            res.n_drafted, res.n_accepted, shape_label(shape), shape.depth if shape else 0
+            state.sleep()
+        req = DraftRequest(
+            plan.eagle,
+            proposal,
+            plan.ngram,
+            plan.ngram_alts,
+            # a fixed EAGLE chain that samples draws its drafts from the drafter's q
+            self.sp if plan.eagle and self.mode.rejection_sampling and not self.sp.greedy else None,
+            ranks=plan.choice is not None,
         )
-        if plan.prediction is not None:
-            stats.record_prediction(plan.prediction.tokens, plan.prediction.seconds)
+        tree, out = speculative_step(state, self.last, req, self.sp, self.draws)
+        w1, c1 = probe.now()
+        wall, cost = probe.take()
+        self._record(plan, tree, out, wall, w1 - w0)
+        sched.observe(
+            plan,
+            offer,
+            verify_rows=len(tree) + 1,
+            ranks=out.ranks,
+            ngram_accepted=_run_length(tree.spine.get("ngram", []), out.path),
+            alt_hit=bool(out.path) and out.path[0] in tree.alternatives,
+            costs=StepCosts(
+                verify=cost.get("verify", 0.0),
+                flush=cost.get("flush", 0.0),
+                draft=cost.get("draft", 0.0),
+                lookup=cost.get("lookup", 0.0),
+                build=cost.get("build", 0.0),
+                feed=cost.get("feed", 0.0),
+                glue=max(0.0, c1 - c0 - sum(cost.values())),
+            ),
+            emitted=len(out.path) + 1,
+        )
+        self.last = out.y
+        sources = ["+".join(sorted(tree.sources[i])) for i in out.path]
+        return out.emitted(tree), [*sources, ""]
+
+    def _record(
+        self,
+        plan: StepPlan,
+        tree: DraftTree,
+        out: Outcome,
+        wall: dict[str, float],
+        total: float,
+    ) -> None:
+        stats = self.stats
+        t_target = wall.get("verify", 0.0)
+        t_draft = sum(wall.get(k, 0.0) for k in ("flush", "draft", "feed", "lookup", "build"))
+        stats.t_target += t_target
+        stats.t_draft += t_draft
+        stats.t_glue += max(0.0, total - t_target - t_draft)
+        stats.record_step(len(tree), len(out.path), plan.label, tree.depth)
+        stats.record_sources(tree.sources, out.path)
+        if plan.choice is not None:
+            stats.record_prediction(plan.choice.tokens, plan.choice.seconds)
             if stats.steps % EXPLAIN_EVERY == 1:  # for readers while it streams
-                stats.auto = sched.explain()
-        sched.observe(plan, res, c_glue)
-        self.last = res.tokens[-1]
-        return res
+                stats.auto = self.parts.scheduler.explain()
 
-    def _run(self, plan: StepPlan, dft: Drafter | None) -> StepResult:
-        parts, shape = self.parts, plan.shape
-        if shape is not None and not shape.is_chain:
-            assert dft is not None
-            clock = parts.scheduler.clock
-            return tree_step(parts.target, dft, self.last, shape, self.sp, self.draws, clock=clock)
-        k = shape.depth if shape is not None else 0
-        return speculative_step(
-            parts.target,
-            dft,
-            self.last,
-            k,
-            self.sp,
-            self.draws,
-            ranks=plan.prediction is not None,
-            own_draws=k == 0 or not self.mode.rejection_sampling,
-            clock=parts.scheduler.clock,
-        )
+    def _remember(self) -> None:
+        """The call's text joins the session's n-gram memory (not a superseded call's)."""
+        try:
+            with self.lock(self):
+                self.parts.state.finish()
+        except GenerationError:
+            pass
 
-    def _wake(self) -> None:
-        """Feed the drafter again after dormant steps: its cache restarts at the current
-        position (it has no taps for the steps in between)."""
-        assert self.parts.drafter is not None
-        self.parts.target.set_taps_active(True)
-        self.parts.drafter.restart(self.parts.target.n)
+
+def _run_length(spine: list[int], path: list[int]) -> int:
+    """How many of a source's chain nodes, from the root, the accepted path went through."""
+    n = 0
+    for a, b in zip(spine, path, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n

@@ -18,6 +18,18 @@ KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 QUANTIZED_KV = ("q8_0", "q4_0")  # the K and V caches take the same type
 NDraft = int | Literal["auto"]
 MAX_DRAFT = 32
+DraftSource = Literal["auto", "eagle", "ngram", "none"]
+DRAFT_SOURCES: tuple[str, ...] = ("auto", "eagle", "ngram", "none")
+
+
+def check_draft_source(value: Any) -> DraftSource:
+    """Where drafts may come from: every source available, the EAGLE drafter, the n-gram
+    index of the context, or none (plain decoding)."""
+    if value not in DRAFT_SOURCES:
+        raise InvalidParameterError(
+            f"draft_source must be one of {', '.join(DRAFT_SOURCES)}, got {value!r}"
+        )
+    return value  # type: ignore[no-any-return]
 
 
 def check_int(name: str, value: Any, lo: int, hi: int) -> int:

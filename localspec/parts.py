@@ -10,7 +10,9 @@ import numpy as np
 if TYPE_CHECKING:
     from .drafter import Drafter
     from .options import RuntimeOptions
+    from .probe import Probe
     from .scheduler import Scheduler
+    from .specstate import SpecState
     from .target import Target
 
 
@@ -25,3 +27,5 @@ class Parts:
     eog: np.ndarray  # per token id: True for end-of-generation tokens
     max_tree: int  # the most tree nodes one verify batch holds (0: chains only)
     max_top_k: int  # the widest tree frontier the drafter's batch holds
+    state: SpecState  # the one owner of what the caches, the taps and the n-gram index hold
+    probe: Probe  # times the state's operations

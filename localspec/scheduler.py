@@ -1,162 +1,267 @@
-"""Choosing each step's draft shape: plain decoding, a chain or a tree, fixed or by auto's cost
-model (which the scheduler owns, calibrates and teaches)."""
+"""Choosing each step's drafts: plain decoding, a fixed chain or tree, or auto's choice among
+the sources (costmodel.CostModel prices EAGLE shapes, sourcechoice.SourceChoice weighs them
+against n-gram drafts and merged trees). A pure policy: it decides from what it is told (the
+limits left, the n-gram offer, measured costs and outcomes) and never touches a model; the
+generation loop carries out its plans on the SpecState."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from time import perf_counter
+from dataclasses import dataclass, field
 from typing import Literal
 
-from . import _native as N
-from .calibration import calibrate
-from .clocks import cost_clock
+from .calibration import Calibration
 from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan, Verdict
-from .drafter import Drafter
-from .options import RuntimeOptions
-from .speculative import StepResult
-from .target import Target
+from .drafttree import EAGLE, NGRAM
+from .sourcechoice import MAX_NGRAM_DEPTH, Choice, NGramOffer, SourceChoice
 from .tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
+
+WAKE_AFTER = 256  # tokens a dormant drafter sleeps at least before a probe may wake it
+SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps
 
 
 @dataclass(frozen=True)
 class Mode:
-    """What a call asked for: plain decoding, a fixed chain, a fixed tree, or auto."""
+    """What a call asked for: plain decoding, a fixed chain or tree, or auto; and from which
+    sources it may draft."""
 
     kind: Literal["plain", "chain", "tree", "auto"]
     shape: TreeShape | None = None  # the fixed chain or tree
+    sources: frozenset[str] = field(default_factory=lambda: frozenset({EAGLE}))
 
     def __str__(self) -> str:
-        return str(self.shape) if self.shape is not None else self.kind
+        if self.shape is not None:
+            return f"ngram {self.shape}" if self.sources == {NGRAM} else str(self.shape)
+        if self.kind == "auto" and self.sources != {EAGLE, NGRAM}:
+            return f"auto ({', '.join(sorted(self.sources))})"
+        return self.kind
 
     @property
     def drafts(self) -> bool:
         return self.kind != "plain"
 
     @property
+    def feeds_drafter(self) -> bool:
+        return self.drafts and EAGLE in self.sources
+
+    @property
     def rejection_sampling(self) -> bool:
-        """Fixed chains (n_draft=K) sample by rejection sampling (it accepts more; the text for
-        a seed then depends on K); trees, even top-1 ones, and auto accept by the target's own
-        position-keyed draws, so their text for a seed never depends on the shapes run."""
-        return self.kind == "chain"
+        """Fixed EAGLE chains sample by rejection sampling (it accepts more; the text for a
+        seed then depends on K); trees, even top-1 ones, n-gram drafts and auto accept by the
+        target's own position-keyed draws, so their text for a seed never depends on the
+        shapes run."""
+        return self.kind == "chain" and EAGLE in self.sources
 
 
 @dataclass(frozen=True)
 class StepPlan:
-    shape: TreeShape | None  # None: a plain step
-    prediction: Plan | None = None  # auto: what the cost model expects of this step
+    eagle: TreeShape | None = None  # the EAGLE drafter's shape (None: it does not draft)
+    ngram: int = 0  # n-gram tokens of the main continuation (0: none)
+    ngram_alts: int = 0  # alternative n-gram branches
+    choice: Choice | None = None  # auto: what the cost model expects of this step
     wake: bool = False  # feed the drafter again from this step (taps on, its cache restarts)
-    sleep: bool = False  # stop feeding the drafter (taps off): no drafting can pay
+    sleep: bool = False  # stop feeding the drafter (taps off): no EAGLE drafting can pay
+
+    @property
+    def label(self) -> str:
+        if self.choice is not None:
+            return self.choice.label if (self.eagle or self.ngram) else "plain"
+        if self.ngram:
+            return "ngram"
+        return "plain" if self.eagle is None else str(self.eagle)
 
 
-def shape_label(shape: TreeShape | None) -> str:
-    return "plain" if shape is None else str(shape)
+@dataclass(frozen=True)
+class StepCosts:
+    """What a step cost on the cost clock, per phase (Probe spans)."""
+
+    verify: float
+    flush: float
+    draft: float
+    lookup: float  # the n-gram lookup (every step that may draft n-grams pays it)
+    build: float  # building the n-gram draft into the step's tree
+    feed: float
+    glue: float  # the rest of the step
 
 
 class Scheduler:
-    """Per step, the shape to run within the limits left (tokens, context, batch capacity)."""
+    """Per step, the drafts to run within the limits left (tokens, context, batch capacity)."""
 
-    def __init__(
-        self,
-        target: Target,
-        drafter: Drafter | None,
-        rt: RuntimeOptions,
-        *,
-        max_tree: int,
-        max_top_k: int,
-    ) -> None:
+    def __init__(self, *, has_drafter: bool, max_tree: int, max_top_k: int) -> None:
         """max_tree: the most nodes a tree may verify (0: chains only); max_top_k: the widest
         frontier the drafter's batch holds."""
-        self.target = target
-        self.drafter = drafter
-        self.rt = rt
+        self.has_drafter = has_drafter
         self.max_tree = max_tree
         self.max_top_k = max_top_k
-        self.cost: CostModel | None = None  # calibrated on the first auto call
+        self.cost: CostModel | None = None  # from calibration, on the first auto call
+        self.choice: SourceChoice | None = None
         self.mode = Mode("plain")
-        # auto's clock (clocks.cost_clock); the drafter times its flushes on it too
-        self.clock = cost_clock(rt.n_gpu_layers != 0 and N.gpu_offload_supported())
-        if drafter is not None:
-            drafter.clock = self.clock
         self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays
-        self.t_calibrate = 0.0  # seconds the last start() spent timing decodes
+        self._since_sleep = WAKE_AFTER  # tokens generated since the drafter was put to sleep
+        self._eagle_idle = 0  # auto's steps in a row without an EAGLE draft while it was fed
 
-    def start(self, mode: Mode, *, recalibrate: bool = False) -> None:
-        """Begin a call. Auto's first call calibrates the cost model (from the disk cache when
-        it holds this set-up), which clears both caches: call before the prompt is processed."""
+    # --- calling ----------------------------------------------------------------------------
+
+    def calibration_needed(self, mode: Mode, recalibrate: bool) -> bool:
+        return mode.kind == "auto" and (self.cost is None or recalibrate)
+
+    def calibration_request(self, n_batch: int) -> tuple[int, tuple[int, ...]]:
+        """(the largest verify batch to time, the drafter's frontier widths to time)."""
+        rows = max(self.max_tree, MAX_DEPTH, MAX_NGRAM_DEPTH) + 1
+        widths = tuple(k for k in TOP_KS if k == 1 or k <= self.max_top_k)
+        return min(n_batch, rows), widths if self.has_drafter else ()
+
+    def calibrated(self, cal: Calibration) -> None:
+        self.cost = cal.cost_model(self.max_tree)
+        self.choice = SourceChoice(self.cost, max_nodes=max(self.max_tree, 1))
+
+    def start(self, mode: Mode) -> None:
+        """Begin a call: where no EAGLE drafting can pay, auto starts with the drafter unfed."""
         self.mode = mode
-        self.t_calibrate = 0.0
-        if mode.kind == "auto" and self.drafter is not None and (self.cost is None or recalibrate):
-            t0 = perf_counter()
-            cal = calibrate(
-                self.target,
-                self.drafter,
-                self.rt,
-                max_rows=min(self.target.n_batch, max(self.max_tree, MAX_DEPTH) + 1),
-                top_ks=tuple(k for k in TOP_KS if k == 1 or k <= self.max_top_k),
-                clock=self.clock,
-                recalibrate=recalibrate,
-            )
-            self.cost = cal.cost_model(self.max_tree)
-            if cal.measured:  # not when read from the disk cache
-                self.t_calibrate = perf_counter() - t0
-        # where no drafting can pay, start plain with taps off
-        self.dormant = mode.kind == "auto" and self.cost is not None and self.cost.hopeless
+        self.dormant = mode.kind == "auto" and (
+            EAGLE not in mode.sources
+            or not self.has_drafter
+            or (self.cost is not None and self.cost.hopeless)
+        )
 
-    def plan(self, budget: int, free_cells: int) -> StepPlan:
+    @property
+    def feeds_drafter(self) -> bool:
+        """Whether the call starts with the drafter fed."""
+        return self.has_drafter and self.mode.feeds_drafter and not self.dormant
+
+    @property
+    def wants_ngram(self) -> bool:
+        return self.mode.drafts and NGRAM in self.mode.sources
+
+    @property
+    def ngram_max(self) -> int:
+        """The longest n-gram continuation worth looking up."""
+        if self.mode.kind == "auto" or self.mode.shape is None:
+            return MAX_NGRAM_DEPTH
+        return self.mode.shape.depth
+
+    # --- planning ----------------------------------------------------------------------------
+
+    def plan(self, budget: int, free_cells: int, offer: NGramOffer | None) -> StepPlan:
         """budget: draft depth allowed (tokens and positions left); free_cells: KV cells a tree
-        may still occupy in the target's cache."""
+        may still occupy; offer: what the n-gram index proposes (None: nothing)."""
         mode = self.mode
-        if self.drafter is None or not mode.drafts or budget < 1:
-            return StepPlan(None)
+        if not mode.drafts or budget < 1:
+            return StepPlan()
         if mode.kind == "auto":
-            assert self.cost is not None
-            pred = self.cost.plan(budget)
-            shape = pred.shape
-            if self.dormant and shape is not None:
-                self.dormant = False  # this step plain with taps: the drafter's first pair
-                return StepPlan(None, pred, wake=True)
-            if not self.dormant and shape is None and self.cost.hopeless:
-                self.dormant = True
-                return StepPlan(None, pred, sleep=True)
-            return StepPlan(self._fit(shape, budget, free_cells), pred)
+            return self._auto(budget, free_cells, offer)
         assert mode.shape is not None
+        if NGRAM in mode.sources:  # a fixed n-gram chain, when the index has a match
+            n = min(mode.shape.depth, budget, offer.length if offer else 0)
+            return StepPlan(ngram=n)
+        if not self.has_drafter:
+            return StepPlan()
         return StepPlan(self._fit(mode.shape.clipped(budget), budget, free_cells))
 
-    def explain(self) -> Verdict | None:
-        """Auto's reason for what it runs now (None for fixed modes or before a plan)."""
-        if self.mode.kind != "auto" or self.cost is None:
-            return None
-        return self.cost.explain()
+    def _auto(self, budget: int, free_cells: int, offer: NGramOffer | None) -> StepPlan:
+        assert self.cost is not None and self.choice is not None
+        eagle = Plan(None, 1.0, self.cost.step_time(None))
+        if self.has_drafter and EAGLE in self.mode.sources:
+            eagle = self.cost.plan(budget)
+            # asleep, a probe waits until the evidence had time to fade: a cost estimate that
+            # moves (n-gram steps measure new verify sizes) must not flip the drafter on and off
+            patient = eagle.explore and self._since_sleep < WAKE_AFTER
+            if self.dormant and eagle.shape is not None and not patient:
+                self.dormant = False  # this step without EAGLE drafts, taps on: its first pair
+                return self._ngram_only(budget, free_cells, offer, wake=True)
+            if not self.dormant and eagle.shape is None and self.cost.hopeless:
+                self.dormant = True
+                self._since_sleep = 0
+                return self._ngram_only(budget, free_cells, offer, sleep=True)
+            if self.dormant:
+                eagle = Plan(None, 1.0, self.cost.step_time(None))
+        if NGRAM not in self.mode.sources:
+            offer = None
+        c = self.choice.choose(eagle, offer, min(budget, max(free_cells - 1, 0)))
+        shape = self._fit(c.eagle.shape, budget, free_cells - c.ngram) if c.eagle.shape else None
+        # a drafter kept fed while other sources win costs its taps every step: after a while
+        # without an EAGLE draft it sleeps (the cost model's probes wake it later)
+        self._eagle_idle = 0 if shape is not None or self.dormant else self._eagle_idle + 1
+        if self._eagle_idle >= SLEEP_AFTER and self.has_drafter:
+            self.dormant = True
+            self._since_sleep = 0
+            self._eagle_idle = 0
+            return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
+        return StepPlan(shape, c.ngram, c.ngram_alts, c)
+
+    def _ngram_only(
+        self, budget: int, free_cells: int, offer: NGramOffer | None, **flags: bool
+    ) -> StepPlan:
+        assert self.cost is not None and self.choice is not None
+        plain = Plan(None, 1.0, self.cost.step_time(None))
+        if NGRAM not in self.mode.sources:
+            offer = None
+        c = self.choice.choose(plain, offer, min(budget, max(free_cells - 1, 0)))
+        return StepPlan(None, c.ngram, c.ngram_alts, c, **flags)
 
     def _fit(self, shape: TreeShape | None, budget: int, free_cells: int) -> TreeShape | None:
         """A tree that does not fit the caches' room falls back to the chain of its depth."""
         if shape is None or shape.is_chain:
             return shape
-        drafter_cells = self.target.n_ctx - self.target.n  # its cache mirrors the target's
         if (
-            shape.budget > min(free_cells, self.max_tree)
-            or (shape.depth - 1) * shape.top_k >= drafter_cells
+            shape.budget > min(free_cells - 1, self.max_tree)
+            or (shape.depth - 1) * shape.top_k >= free_cells  # the drafter mirrors the target
             or shape.top_k > self.max_top_k
         ):
             d = min(shape.depth, budget)
             return TreeShape(d, 1, d)
         return shape
 
-    def observe(self, plan: StepPlan, res: StepResult, glue: float) -> None:
-        """Teach auto's cost model what the step cost (cost-clock seconds; glue: the rest of
-        the step) and where the drafter's picks ranked."""
-        if plan.prediction is None or self.cost is None:
+    def explain(self) -> Verdict | None:
+        """Auto's reason for what it runs now (None for fixed modes or before a plan)."""
+        if self.mode.kind != "auto" or self.cost is None:
+            return None
+        v = self.cost.explain()
+        if v is None or self.choice is None:
+            return v
+        return v.with_sources(
+            eagle=self.has_drafter and EAGLE in self.mode.sources,
+            ngram=self.choice.describe() if NGRAM in self.mode.sources else "",
+        )
+
+    # --- learning ----------------------------------------------------------------------------
+
+    def observe(
+        self,
+        plan: StepPlan,
+        offer: NGramOffer | None,
+        *,
+        verify_rows: int,
+        ranks: list[tuple[int, int]],
+        ngram_accepted: int,
+        alt_hit: bool,
+        costs: StepCosts,
+        emitted: int,
+    ) -> None:
+        """Teach auto what the step cost and what was accepted."""
+        self._since_sleep += emitted
+        if plan.choice is None or self.cost is None or self.choice is None:
             return
-        shape = plan.shape
+        # EAGLE costs and ranks, and the verify curve (the cost model owns both)
         self.cost.observe(
-            shape,
-            verify_rows=res.n_drafted + 1,
-            t_verify=res.c_target,
-            t_flush=res.c_flush,
-            t_draft=res.c_draft,
-            t_glue=glue,
-            ranks=res.ranks,
-            emitted=len(res.tokens),
+            plan.eagle,
+            verify_rows=verify_rows,
+            t_verify=costs.verify,
+            t_flush=costs.flush,
+            t_draft=costs.flush + costs.draft,
+            # plain steps' glue is the bar drafting must beat: n-gram steps do not set it
+            t_glue=None if plan.ngram else costs.glue + costs.feed,
+            ranks=ranks,
+            emitted=emitted,
+        )
+        self.choice.observe(
+            offer if plan.ngram else None,
+            plan.ngram,
+            ngram_accepted,
+            plan.ngram_alts,
+            alt_hit,
+            t_build=costs.build if plan.ngram else None,
+            t_glue=costs.glue + costs.feed if plan.ngram else None,
+            emitted=emitted,
         )
 
     @staticmethod

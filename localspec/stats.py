@@ -10,6 +10,42 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class SourceStats:
+    """One draft source's share: steps it drafted in, nodes it proposed, nodes accepted (a
+    node two sources proposed counts for both)."""
+
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def tau(self) -> float:
+        """Accepted tokens per step it drafted in, counting the target's own token."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def add(self, other: SourceStats) -> None:
+        self.steps += other.steps
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "tau": self.tau,
+            "acceptance_rate": self.acceptance_rate,
+        }
+
+    def summary(self, name: str) -> str:
+        return f"{name} {self.accepted}/{self.drafted} over {self.steps} steps, tau {self.tau:.2f}"
+
+
+@dataclass
 class Stats:
     """Counts and times of one generation, or of many added together (``Engine.stats``)."""
 
@@ -36,6 +72,8 @@ class Stats:
     auto: Verdict | None = None
     # what the call asked for and did not get, and why (one line each)
     notes: list[str] = field(default_factory=list)
+    # per draft source ("eagle", "ngram"): its drafted and accepted nodes and steps drafted
+    sources: dict[str, SourceStats] = field(default_factory=dict)
 
     # --- fed by the loop ---------------------------------------------------------------------
 
@@ -59,13 +97,27 @@ class Stats:
         for i in range(n_accepted):
             self.accepted_at[i] += 1
 
-    def retract(self, first: int, n: int) -> None:
-        """Un-count n accepted drafts at draft positions first.. of the last step: the
-        generation ended before they were emitted."""
-        if n > 0:
-            self.accepted -= n
-            for i in range(first, first + n):
+    def record_sources(self, sources: list[set[str]], path: list[int]) -> None:
+        """Per source: the nodes it proposed this step and those of them accepted."""
+        on_path = set(path)
+        for name in {s for node in sources for s in node}:
+            st = self.sources.setdefault(name, SourceStats())
+            st.steps += 1
+            st.drafted += sum(name in node for node in sources)
+            st.accepted += sum(name in sources[i] for i in on_path)
+
+    def retract(self, first: int, sources: list[str]) -> None:
+        """Un-count the last step's accepted drafts from draft position first on (sources:
+        who proposed each token cut, "" for the target's own): the generation ended before
+        they were emitted."""
+        drafts = [s for s in sources if s]
+        if drafts:
+            self.accepted -= len(drafts)
+            for i in range(first, first + len(drafts)):
                 self.accepted_at[i] -= 1
+            for s in drafts:
+                for name in s.split("+"):
+                    self.sources[name].accepted -= 1
 
     def record_prediction(self, tokens: float, seconds: float) -> None:
         self.predicted_tokens += tokens
@@ -95,6 +147,8 @@ class Stats:
         if other.auto is not None:
             self.auto = other.auto
         self.notes += [n for n in other.notes if n not in self.notes]
+        for name, st in other.sources.items():
+            self.sources.setdefault(name, SourceStats()).add(st)
         for shape, n in other.shapes.items():
             self.shapes[shape] = self.shapes.get(shape, 0) + n
         if other.mode:
@@ -168,6 +222,7 @@ class Stats:
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
             "auto": self.auto.as_dict() if self.auto is not None else None,
             "notes": list(self.notes),
+            "sources": {name: st.as_dict() for name, st in sorted(self.sources.items())},
         }
 
     def summary(self) -> str:

@@ -71,3 +71,12 @@ def trained_relay(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from trained import train_relay_drafters
 
     return train_relay_drafters(str(tmp_path_factory.mktemp("relay")))
+
+
+@pytest.fixture(scope="session")
+def noisy_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """An agreeing pair whose shared head has random logits added: sampling has real choices
+    (the sampling tests' chi-square checks)."""
+    return tm.write_agreeing_pair(
+        str(tmp_path_factory.mktemp("noisy")), head_noise=0.2, name="noisy"
+    )

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
+from localspec.hardware import cpu_extra_buffers
+
 
 def _ggml_base() -> ctypes.CDLL:
     lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
@@ -59,6 +61,7 @@ def llama_cpp_pass(
 
     callback = llama_cpp.ggml_backend_sched_eval_callback(on_node)  # referenced until freed
     mp = llama_cpp.llama_model_default_params()
+    mp.use_extra_bufts = cpu_extra_buffers()  # llama.cpp's AMX kernels crash (hardware.py)
     model = llama_cpp.llama_model_load_from_file(path.encode(), mp)
     assert model, path
     cp = llama_cpp.llama_context_default_params()

@@ -104,7 +104,8 @@ def test_bench_bad_input_is_one_line(models, prompts, tmp_path, capsys):
         assert msg in err and "Traceback" not in err
     # a target with no drafter next to it
     lonely = tm.write_target(str(tmp_path / "lonely.gguf"))
-    rc = main(["bench", lonely, "--prompts", prompts, "--out", str(tmp_path / "y")])
+    eagle_only = ["--draft-source", "eagle"]  # auto would draft from the n-gram index
+    rc = main(["bench", lonely, "--prompts", prompts, *eagle_only, "--out", str(tmp_path / "y")])
     assert rc == 1 and "no drafter found" in capsys.readouterr().err
 
 
@@ -120,3 +121,67 @@ def test_named_prompt_sets():
         size = sum(len(m["content"]) for m in p.history)
         assert bench.LONG_CHARS[0] <= size <= bench.LONG_CHARS[1]
     assert all(not p.history for p in short)
+
+
+def test_settings_draft_from_the_source_asked_for():
+    settings = bench.settings_for([2], [TreeShape(3, 2, 5)], auto=True, source="eagle")
+    assert [s.gen.get("draft_source") for s in settings] == ["none", "eagle", "eagle", "eagle"]
+    assert [s.k for s in settings] == [0, None, 2, None]
+    default = bench.settings_for([2], [], auto=False)
+    assert [s.gen["draft_source"] for s in default] == ["none", "auto"]
+
+
+def test_table_and_json_show_each_source():
+    from localspec.stats import SourceStats, Stats
+
+    plain, auto = bench.settings_for([], [], auto=True)
+    plain.stats = Stats(generated=40, steps=40, t_target=1.0)
+    plain.prompt_tps = [40.0]
+    auto.stats = Stats(
+        generated=40,
+        steps=16,
+        drafted=40,
+        accepted=24,
+        t_target=0.5,
+        sources={"eagle": SourceStats(10, 30, 15), "ngram": SourceStats(8, 12, 9)},
+    )
+    auto.prompt_tps = [80.0]
+    res = bench.SetResult("mine", 1, [plain, auto])
+    table = bench.format_table(res, 40, 0.0)
+    assert "draft source auto" in table.splitlines()[0]
+    (line,) = [x for x in table.splitlines() if "eagle 15/30" in x]
+    assert "(50%) tau 2.50" in line and "ngram 9/12 (75%) tau 2.12" in line
+    d = auto.as_dict(plain)
+    assert d["draft_source"] == "auto"
+    assert d["sources"]["ngram"] == {
+        "steps": 8, "drafted": 12, "accepted": 9, "tau": 17 / 8, "acceptance_rate": 0.75
+    }  # fmt: skip
+    assert plain.as_dict(None)["sources"] == {}
+
+
+def test_cli_bench_draft_source_ngram_needs_no_drafter(agree, prompts, tmp_path, capsys):
+    import shutil
+
+    lonely = str(tmp_path / "lonely.gguf")  # no drafter beside it: n-gram drafts only
+    shutil.copy(agree[0], lonely)
+    out = str(tmp_path / "b")
+    args = ["bench", lonely, "--prompts", prompts, "--k", "2", "-n", "12", "--out", out]
+    rc = main([*args, "--draft-source", "ngram", "--no-auto", "--threads", "2", "--ctx", "512"])
+    io = capsys.readouterr()
+    assert rc == 0, io.err
+    assert "draft source ngram" in io.out
+    data = json.loads(Path(out + ".json").read_text())
+    assert data["options"]["draft_source"] == "ngram" and data["drafter"] is None
+    settings = data["sets"]["prompts.jsonl"]["settings"]
+    assert [(s["setting"], s["draft_source"]) for s in settings] == [
+        ("plain", "none"),
+        ("k=2", "ngram"),
+    ]
+    assert set(settings[1]["sources"]) <= {"ngram"} and settings[0]["sources"] == {}
+    for extra, msg in (
+        (["--draft-source", "none"], "nothing to compare"),
+        (["--draft-source", "ngram", "--tree", "2,2,4"], "fixed trees are drafted by the EAGLE"),
+    ):
+        assert main([*args, *extra]) == 1
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from localspec.cli import main
 
 
@@ -133,3 +135,65 @@ def test_convert_and_train_without_torch_say_how_to_get_it(models, tmp_path) -> 
         assert run.returncode == 1, run.stderr
         assert run.stderr.startswith("localspec: error:") and "needs PyTorch" in run.stderr
         assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"  # the agreeing target repeats it: the context drafts
+
+
+def test_generate_draft_source_ngram_prints_its_line(agree, capsys) -> None:
+    """--draft-source ngram drafts from the context alone: --stats says so per source, and the
+    JSON carries the per-source statistics."""
+    target, draft = agree
+    args = ["generate", target, "-p", ALPHABET, "-n", "30", "--draft-source", "ngram"]
+    assert main([*args, "--stats"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == ALPHABET + "abcd"
+    assert "draft source ngram" in err
+    lines = [line.strip() for line in err.splitlines()]
+    (ngram,) = [line for line in lines if line.startswith("ngram:")]
+    assert "drafted" in ngram and "accepted" in ngram and "tau" in ngram
+    assert not any(line.startswith("eagle:") for line in lines)  # no EAGLE drafts asked for
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["draft_source"] == "ngram" and set(data["stats"]["sources"]) == {"ngram"}
+    st = data["stats"]["sources"]["ngram"]
+    assert st["accepted"] > 0 and st["drafted"] >= st["accepted"] and st["tau"] > 1
+
+
+def test_ngram_drafts_need_no_drafter_file(agree, tmp_path, capsys) -> None:
+    import shutil
+
+    lonely = str(tmp_path / "lonely.gguf")  # the target with no drafter beside it
+    shutil.copy(agree[0], lonely)
+    assert main(["generate", lonely, "-p", ALPHABET, "-n", "20", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)  # auto: the n-gram index drafts
+    assert data["drafter"] is None and data["stats"]["sources"]["ngram"]["accepted"] > 0
+
+
+def test_no_draft_means_no_drafts_at_all(agree, capsys) -> None:
+    """--no-draft is plain decoding: no drafter file and no n-gram drafts either."""
+    target, _ = agree
+    assert main(["generate", target, "--no-draft", "-p", ALPHABET, "-n", "20", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["draft_source"] == "none" and data["drafter"] is None
+    assert data["stats"]["drafted"] == 0 and data["stats"]["sources"] == {}
+    rc = main(["generate", target, "--no-draft", "--draft-source", "ngram", "-p", "x"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "--no-draft" in err and err.count("\n") == 1
+
+
+def test_draft_source_flag_errors_are_one_line(agree, capsys) -> None:
+    target, _ = agree
+    rc = main(["generate", target, "-p", "x", "--draft-source", "ngram", "--tree", "3,2,5"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "fixed trees are drafted by the EAGLE drafter" in err
+    assert err.count("\n") == 1
+    rc = main(["chat", target, "--draft-source", "ngram", "--tree", "3,2,5"])  # before the app
+    assert rc == 1 and "--draft-source ngram takes -k" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse refuses what is not a source
+        main(["generate", target, "-p", "x", "--draft-source", "both"])
+    assert "invalid choice" in capsys.readouterr().err
+    for cmd in ("chat", "serve", "bench"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+        assert "--draft-source {auto,eagle,ngram,none}" in capsys.readouterr().out

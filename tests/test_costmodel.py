@@ -188,7 +188,7 @@ def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) 
     stall(n): wall seconds to sleep after a target decode (what waiting for the interpreter
     lock adds to a wall clock), counted nowhere else."""
     clock = CostClock()
-    parts(eng).scheduler.clock = parts(eng).drafter.clock = clock
+    parts(eng).probe.clock = clock
 
     def costly(n: int, out):
         clock.t += verify(n)
@@ -209,7 +209,7 @@ def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) 
 
 
 def test_engine_turns_speculation_off_when_verification_is_expensive(agree, monkeypatch) -> None:
-    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+    with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
         inject_costs(monkeypatch, eng, lambda n: 10e-3 * n + 10e-3 * (n - 1))
         auto = eng.complete("abcdefgh", max_tokens=120)
         assert_greedy_lossless(eng, "abcdefgh", auto)
@@ -220,7 +220,7 @@ def test_engine_turns_speculation_off_when_verification_is_expensive(agree, monk
 def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
     agree, monkeypatch
 ) -> None:
-    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+    with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
         clock = inject_costs(monkeypatch, eng, lambda n: 15e-3)  # a GPU-like flat curve
         eng.complete("abcdefgh", max_tokens=8)  # calibrates
         t0 = clock.t
@@ -278,8 +278,10 @@ def test_a_host_thread_holding_the_interpreter_does_not_fool_auto(agree, monkeyp
 
     hog = threading.Thread(target=spin, daemon=True)
     burn_costs(monkeypatch, lambda n: 2e-3 * (2 * n - 1), stall=lambda n: 20e-3)
-    with localspec.load(agree[0], draft=agree[1], **{**EXACT, "n_threads": 1}) as eng:
-        assert parts(eng).scheduler.clock is time.thread_time
+    with localspec.load(
+        agree[0], draft=agree[1], **{**EXACT, "n_threads": 1}, draft_source="eagle"
+    ) as eng:
+        assert parts(eng).probe.clock is time.thread_time
         hog.start()
         try:
             auto = eng.complete("abcdefgh", max_tokens=60)
@@ -298,7 +300,7 @@ def test_a_calibration_hit_by_stalls_is_the_cost_clocks(agree, monkeypatch) -> N
     def cost(n: int) -> float:
         return {1: 4e-3, 2: 7e-3, 3: 9e-3}.get(n, 9e-3 + n * 0.5e-3)
 
-    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+    with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
         inject_costs(monkeypatch, eng, cost, stall=lambda n: 60e-3)
         eng.complete("abc", max_tokens=4, n_draft=0)
         eng.complete("abc", max_tokens=2)  # auto's first call calibrates
@@ -319,7 +321,9 @@ def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeyp
     """A CPU-like verify curve and a drafter that never agrees: auto probes, gives up, then
     decodes with the drafter unfed (taps off); once the evidence has faded it feeds the
     drafter again and probes. The text is plain decoding's throughout."""
-    with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
+    with localspec.load(
+        models["target"], draft=models["draft"], **EXACT, draft_source="eagle"
+    ) as eng:
         # a CPU-like curve, the drafter's cost far above its real one: where probing stops
         # paying depends on these costs only
         inject_costs(monkeypatch, eng, lambda n: 12e-3 * (1 + 0.5 * (n - 1)), drafter=1.5e-3)

@@ -4,6 +4,7 @@ call asked and did not get, and statistics that count only what was emitted."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -78,7 +79,8 @@ def test_drafting_on_a_flat_curve_gives_its_expected_gain() -> None:
 
 
 def test_engine_reports_why_auto_ran_plain(agree, monkeypatch) -> None:
-    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+    # EAGLE's cost logic (with n-gram drafts too the reason says "no EAGLE drafts": below)
+    with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
         inject_costs(monkeypatch, eng, lambda n: 10e-3 * n + 10e-3 * (n - 1))
         out = eng.complete("abcdefgh", max_tokens=80)
         cost = parts(eng).scheduler.cost
@@ -92,8 +94,20 @@ def test_engine_reports_why_auto_ran_plain(agree, monkeypatch) -> None:
     assert out.stats.auto.reason.startswith("auto runs plain decoding")
 
 
-def test_engine_reports_the_expected_gain_when_drafting(agree, monkeypatch) -> None:
+def test_engine_reports_why_auto_ran_neither_source(agree, monkeypatch) -> None:
+    """Both sources (draft_source auto): a plain run's reason names both."""
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+        inject_costs(monkeypatch, eng, lambda n: 10e-3 * n + 10e-3 * (n - 1))
+        out = eng.complete("abcdefgh", max_tokens=80)
+    v = out.stats.auto
+    assert out.stats.shapes == {"plain": out.stats.steps}
+    assert v is not None and v.shape is None and v.eagle and v.ngram
+    assert v.reason.startswith("auto runs no EAGLE drafts") and "n-gram drafts" in v.reason
+
+
+def test_engine_reports_the_expected_gain_when_drafting(agree, monkeypatch) -> None:
+    # EAGLE's cost logic: with n-gram drafts too, the alphabet's repeats are drafted by them
+    with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
         inject_costs(monkeypatch, eng, lambda n: 15e-3)  # a GPU-like flat curve
         eng.complete("abcdefgh", max_tokens=8)
         out = eng.complete("abcdefgh", max_tokens=100)
@@ -113,7 +127,9 @@ def test_what_cannot_be_honoured_is_noted(agree) -> None:
     with localspec.load(agree[0], draft=False, **EXACT) as eng:
         assert eng.complete("abc", max_tokens=4).stats.notes == []
         st = eng.complete("abc", max_tokens=4, n_draft=3).stats
-        assert st.mode == "plain" and st.notes == ["n_draft=3 runs plain decoding: speculation off"]
+        assert st.mode == "plain" and st.notes == [
+            "n_draft=3 runs plain decoding: no EAGLE drafter (draft=False)"
+        ]
         st = eng.complete("abc", max_tokens=4, tree=(2, 2, 4)).stats
         assert st.notes and st.notes[0].startswith("tree 2x2/4 runs plain decoding")
     with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
@@ -138,8 +154,10 @@ def test_drafts_accepted_past_a_stop_string_are_not_counted(agree) -> None:
     assert st.tau == pytest.approx((st.accepted + st.steps) / st.steps)
 
 
-def test_cli_says_why_and_warns(agree) -> None:
+def test_cli_says_why_and_warns(agree, tmp_path) -> None:
     cmd = [sys.executable, "-m", "localspec.cli", "generate", agree[0], "-p", "abc", "-n", "6"]
+    lonely = str(tmp_path / "lonely.gguf")  # the target with no drafter beside it
+    shutil.copy(agree[0], lonely)
     run = subprocess.run(
         [*cmd, "--draft", agree[1], "--stats", "--kv-type", "f32"],
         capture_output=True,
@@ -148,11 +166,12 @@ def test_cli_says_why_and_warns(agree) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "auto " in run.stderr.splitlines()[-1]  # the reason follows the summary
+    # --no-draft is draft source none: plain decoding asked for, nothing to warn about
     run = subprocess.run(
-        [*cmd, "--no-draft", "-k", "3"], capture_output=True, text=True, timeout=300
+        [*cmd[:4], lonely, *cmd[5:], "-k", "3"], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0
-    assert "warning: n_draft=3 runs plain decoding" in run.stderr
+    assert "warning: n_draft=3 runs plain decoding: no drafter found" in run.stderr
     run = subprocess.run(
         [*cmd, "-k", "3", "--tree", "2,2,4"], capture_output=True, text=True, timeout=300
     )

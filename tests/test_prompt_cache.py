@@ -216,13 +216,14 @@ def test_reset_and_superseded_calls(pair) -> None:
 
 def test_after_auto_wakes_the_next_call_drafts_as_a_fresh_engine(pair) -> None:
     """Auto wakes mid-generation by restarting the drafter's cache at the current position
-    (Generation._wake); the next call must not reuse that cache with its hole before the
-    restart. This drafter's attention is live, so a hole changes its drafts."""
+    (SpecState.wake); a next call with a fixed shape must not reuse that cache with its hole
+    before the restart (auto restarts it at the reuse point instead: see the next test). This
+    drafter's attention is live, so a hole changes its drafts."""
     warm, cold = pair
     warm.reset()
     p1 = warm.tokenize("the quick brown fox jumps over the lazy dog and more words here")
     done = warm.complete(p1, max_tokens=20, n_draft=3)
-    parts(warm).drafter.restart(parts(warm).target.n)  # what waking does
+    parts(warm).state.wake()  # what waking does
     prompt = p1 + done.tokens + warm.tokenize(" again", add_special=False)
     got = warm.propose(prompt, k=6)
     cold.reset()

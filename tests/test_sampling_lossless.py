@@ -3,91 +3,17 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
-import pytest
+from chisquare import chi2_critical, chi2_of_samples, exact_distribution
 
 import localspec
-from localspec import speculative
-from localspec.lowlevel import parts
+from localspec import verify
 from localspec.sampling import SamplingParams, probs
 
-import tinymodels as tm
 from conftest import EXACT
 
-SP = {"temperature": 30.0, "top_k": 3}
 SP_TOP_P = {"temperature": 15.0, "top_p": 0.4}  # a nucleus of 2 to ~12 tokens per position
-N_SAMPLES = 3000
-LEN = 3
-
-
-def chi2_critical(df: int, z: float = 3.09) -> float:
-    """Upper critical value of chi-square at p ~ 0.001 (Wilson-Hilferty approximation)."""
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
-def exact_distribution(eng, prompt: list[int], sp_kw: dict = SP) -> dict[tuple[int, ...], float]:
-    """P(t1, t2, t3) from the target's own logits, one context at a time (a sequence ends
-    early at an end-of-generation token, which is not emitted)."""
-    sp = SamplingParams(**sp_kw)
-    tgt = parts(eng).target
-    tgt.set_taps_active(False)
-
-    def dist(ctx: list[int]) -> np.ndarray:
-        tgt.clear()
-        return probs(np.array(tgt.decode(ctx, all_logits=False)[0]), sp)
-
-    out: dict[tuple[int, ...], float] = {(): 1.0}
-    for _ in range(LEN):
-        nxt = {}
-        for seq, pr in out.items():
-            if len(seq) and seq[-1] < 0:  # ended
-                nxt[seq] = pr
-                continue
-            p = dist(prompt + list(seq))
-            for t in np.nonzero(p)[0]:
-                key = (*seq, -1) if parts(eng).eog[t] else (*seq, int(t))
-                nxt[key] = nxt.get(key, 0.0) + pr * p[t]
-        out = nxt
-    return out
-
-
-def chi2_of_samples(
-    eng, prompt: list[int], expected: dict, sp_kw: dict = SP, **gen: object
-) -> tuple[float, int, float]:
-    counts: dict[tuple[int, ...], int] = {}
-    accepted = 0
-    gen = gen or {"n_draft": 2}
-    for seed in range(N_SAMPLES):
-        c = eng.complete(prompt, max_tokens=LEN, seed=seed, **sp_kw, **gen)
-        key = (*c.tokens, -1) if c.finish_reason == "eos" else tuple(c.tokens)
-        counts[key] = counts.get(key, 0) + 1
-        accepted += c.stats.accepted
-    # pool cells with small expectation so the chi-square approximation holds
-    stat, pooled_e, pooled_o, df = 0.0, 0.0, 0, -1
-    for key, p in expected.items():
-        e, o = p * N_SAMPLES, counts.pop(key, 0)
-        if e < 5:
-            pooled_e += e
-            pooled_o += o
-            continue
-        stat += (o - e) ** 2 / e
-        df += 1
-    pooled_o += sum(counts.values())  # anything outside the support lands here
-    if pooled_e > 0:
-        stat += (pooled_o - pooled_e) ** 2 / pooled_e
-        df += 1
-    elif pooled_o:
-        stat = math.inf
-    return stat, df, accepted / N_SAMPLES
-
-
-@pytest.fixture(scope="module")
-def noisy_pair(tmp_path_factory):
-    return tm.write_agreeing_pair(
-        str(tmp_path_factory.mktemp("noisy")), head_noise=0.2, name="noisy"
-    )
 
 
 def test_speculative_sampling_matches_target_distribution(noisy_pair) -> None:
@@ -133,9 +59,9 @@ def test_tree_sampling_matches_target_distribution(noisy_pair) -> None:
 def test_the_check_catches_a_biased_tree_walk(noisy_pair, monkeypatch) -> None:
     """Negative control: descending into the first child whatever the target draws is not
     lossless, and the test says so."""
-    from localspec import tree as tree_mod
+    from localspec import step as step_mod
 
-    walk = tree_mod._walk
+    walk = step_mod.walk
 
     def biased(tree, logits, sp, draws, pos):
         out = walk(tree, logits, sp, draws, pos)
@@ -147,7 +73,7 @@ def test_the_check_catches_a_biased_tree_walk(noisy_pair, monkeypatch) -> None:
     with localspec.load(target, draft=draft, **EXACT) as eng:
         prompt = eng.tokenize("abc")
         expected = exact_distribution(eng, prompt)
-        monkeypatch.setattr(tree_mod, "_walk", biased)
+        monkeypatch.setattr(step_mod, "walk", biased)
         stat, df, _ = chi2_of_samples(eng, prompt, expected, tree=(2, 2, 4))
     assert stat > chi2_critical(df), (stat, df)
 
@@ -156,13 +82,13 @@ def test_the_check_catches_a_biased_sampler(noisy_pair, monkeypatch) -> None:
     """Negative control: accepting every draft is not lossless, and the test says so."""
     target, draft = noisy_pair
 
-    def accept_all(logits, drafts, qs, sp, rng):
-        return len(drafts), speculative.sample(probs(logits[len(drafts)], sp), rng)
+    def accept_all(row, d, q, sp, draws):
+        return d, True
 
     with localspec.load(target, draft=draft, **EXACT) as eng:
         prompt = eng.tokenize("abc")
         expected = exact_distribution(eng, prompt)
-        monkeypatch.setattr(speculative, "accept", accept_all)
+        monkeypatch.setattr(verify, "_rejection", accept_all)
         stat, df, _ = chi2_of_samples(eng, prompt, expected)
     assert stat > chi2_critical(df), (stat, df)
 

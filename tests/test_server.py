@@ -23,7 +23,7 @@ import pytest
 
 import localspec
 from localspec.errors import InvalidParameterError
-from localspec.options import MAX_DRAFT, check_n_draft, check_stops, check_tree
+from localspec.options import MAX_DRAFT, check_draft_source, check_n_draft, check_stops, check_tree
 from localspec.server import create_app
 from localspec.server.run import base_url, listen, make_server
 
@@ -494,6 +494,10 @@ MALFORMED: list[tuple[str, Any, str | None]] = [
     ("n_draft true", _chat_body(n_draft=True), "n_draft"),
     ("tree 0,0,0", _chat_body(tree="0,0,0"), "tree"),
     ("tree of two", _chat_body(tree=[2, 2]), "tree"),
+    ("draft_source unknown", _chat_body(draft_source="both"), "draft_source"),
+    ("draft_source a number", _chat_body(draft_source=1), "draft_source"),
+    ("draft_source upper case", _chat_body(draft_source="NGRAM"), "draft_source"),
+    ("ngram with a fixed tree", _chat_body(draft_source="ngram", tree="2,2,4"), "tree"),
 ]
 
 
@@ -516,6 +520,7 @@ def _error(r: httpx.Response) -> dict[str, Any]:
 
 
 NDRAFT_MESSAGE = f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}], got '
+SOURCE_MESSAGE = 'draft_source must be one of "auto", "eagle", "ngram", "none", got '
 
 
 @pytest.mark.parametrize(
@@ -524,6 +529,8 @@ NDRAFT_MESSAGE = f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}], got
         (_chat_body(n_draft=3.0), "n_draft", NDRAFT_MESSAGE + '3.0'),
         (_chat_body(n_draft="3"), "n_draft", NDRAFT_MESSAGE + '"3"'),
         (_chat_body(n_draft=True), "n_draft", NDRAFT_MESSAGE + 'true'),
+        (_chat_body(draft_source="both"), "draft_source", SOURCE_MESSAGE + '"both"'),
+        (_chat_body(draft_source=False), "draft_source", SOURCE_MESSAGE + 'false'),
         (
             {"messages": [CHAT[0], {"role": "user", "content": [{"type": "text"}]}]},
             "messages[1].content[0].text",
@@ -548,7 +555,8 @@ NDRAFT_MESSAGE = f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}], got
             "localspec serve takes text only",
         ),
     ],
-    ids=["n_draft 3.0", "n_draft '3'", "n_draft true", "no text", "content 5", "text 5", "image"],
+    ids=["n_draft 3.0", "n_draft '3'", "n_draft true", "draft_source 'both'", "draft_source false",
+         "no text", "content 5", "text 5", "image"],
 )  # fmt: skip
 def test_error_messages_name_the_real_problem(url, rec, body, param, message) -> None:
     err = _error(post(url, "/v1/chat/completions", body))
@@ -557,7 +565,12 @@ def test_error_messages_name_the_real_problem(url, rec, body, param, message) ->
 
 def _engine_verdict(field: str, value: Any) -> str | None:
     """The engine's own check's message for this value, None when it accepts it."""
-    check = {"n_draft": check_n_draft, "tree": check_tree, "stop": check_stops}[field]
+    check = {
+        "n_draft": check_n_draft,
+        "tree": check_tree,
+        "stop": check_stops,
+        "draft_source": check_draft_source,
+    }[field]
     try:
         check(value)
     except InvalidParameterError as exc:
@@ -573,6 +586,10 @@ ENGINE_CHECKED: list[tuple[str, Any]] = [
     ],
     *[("tree", v) for v in (7, [2, 2, 63], {"depth": 2})],
     *[("stop", v) for v in ("x", ["x", "y"], [], [""], [5], "", 5, {"x": 1}, [None])],
+    *[
+        ("draft_source", v)
+        for v in ("auto", "eagle", "ngram", "none", "NGRAM", "", "both", 0, True, ["ngram"])
+    ],
 ]
 
 
@@ -596,6 +613,8 @@ def test_n_draft_tree_and_stop_are_judged_as_the_engine_judges_them(url, rec, fi
     assert err["param"] == field
     if field == "n_draft":  # reworded to name both forms, with the JSON value
         assert err["message"].startswith(NDRAFT_MESSAGE)
+    elif field == "draft_source":  # reworded to show the names and the value as JSON
+        assert err["message"] == SOURCE_MESSAGE + json.dumps(value)
     else:  # the engine's message, prefixed with the field when it does not name it
         assert err["message"] in (verdict, f"{field}: {verdict}")
 
@@ -1039,3 +1058,71 @@ def test_auto_says_why_in_the_timings(models) -> None:
     assert t["mode"] == "auto" and want is not None
     assert t["auto"] == json.loads(json.dumps(want.as_dict()))
     assert t["auto"]["reason"].startswith("auto ")
+
+
+def test_draft_source_per_request_and_per_source_timings(client, rec) -> None:
+    """draft_source reaches the engine; timings.sources carries each source's drafted,
+    accepted and tau, as Stats.sources gives them."""
+    prompt = LETTERS  # the agreeing target repeats the alphabet: the context drafts it
+    for source, want in (("ngram", {"ngram"}), ("none", set())):
+        r = client.completions.create(
+            model="x",
+            prompt=prompt,
+            max_tokens=20,
+            temperature=0,
+            extra_body={"draft_source": source},
+        )
+        assert rec.log[-1]["kw"]["draft_source"] == source
+        assert r.choices[0].text == LETTERS[:20]
+        t = r.model_extra["timings"]
+        assert set(t["sources"]) == want
+        stats = rec.last_stats
+        assert t["sources"] == {n: x.as_dict() for n, x in stats.sources.items()}
+        if source == "ngram":
+            ngram = t["sources"]["ngram"]
+            assert ngram["accepted"] > 0 and ngram["tau"] > 1
+            assert set(ngram) == {"steps", "drafted", "accepted", "tau", "acceptance_rate"}
+        else:
+            assert t["mode"] == "plain" and t["draft_n"] == 0
+    # streamed: the last chunk's timings carry them too
+    chunks = list(
+        client.completions.create(
+            model="x",
+            prompt=prompt,
+            max_tokens=20,
+            temperature=0,
+            stream=True,
+            extra_body={"draft_source": "ngram"},
+        )
+    )
+    assert chunks[-1].model_extra["timings"]["sources"]["ngram"]["accepted"] > 0
+    # not given: the engine's own default, not sent at all
+    client.completions.create(model="x", prompt="abc", max_tokens=2, temperature=0)
+    assert "draft_source" not in rec.log[-1]["kw"]
+
+
+def test_serve_draft_source_flag_sets_the_default(agree) -> None:
+    """`serve --draft-source ngram`: requests that do not choose draft from the context only;
+    `--no-draft` serves plain decoding (no drafter, no n-gram drafts)."""
+    import signal
+
+    target, draft = agree
+    cases = ((["--draft", draft, "--draft-source", "ngram"], {"ngram"}), (["--no-draft"], set()))
+    for flags, want in cases:
+        proc = _serve([target, *flags, "--port", "0", "-t", "1", "--ctx", "512"])
+        try:
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line.startswith("serving agree.gguf at http://127.0.0.1:"), line
+            client = openai.OpenAI(
+                base_url=line.split(" at ")[1].strip(), api_key="none", max_retries=0, timeout=30
+            )
+            r = client.completions.create(model="x", prompt=LETTERS, max_tokens=12, temperature=0)
+            assert r.choices[0].text == LETTERS[:12]
+            assert set(r.model_extra["timings"]["sources"]) == want, flags
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err
+        source = "ngram" if want else "none"
+        assert f"draft source {source}" in err

@@ -14,7 +14,8 @@ from localspec.generation import Generation
 from localspec.lowlevel import parts
 from localspec.sampling import SamplingParams
 from localspec.scheduler import Mode
-from localspec.tree import TreeShape, draft_tree
+from localspec.specstate import DraftRequest
+from localspec.tree import TreeShape
 
 from conftest import EXACT
 from greedy import F32_MARGIN, assert_greedy_lossless, replay_plain_greedy
@@ -79,7 +80,7 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
         seed=0, stops=[], mode=Mode("tree", shape),
     )  # fmt: skip
     gen.prefill()  # driven by hand, outside the engine's calls
-    tree = draft_tree(parts(eng).drafter, shape)
+    tree = parts(eng).state.draft(DraftRequest(shape), np.random.default_rng(0))
     assert len(tree.tokens) == 14 and max(tree.depths) >= 3
     got = parts(eng).target.verify_tree(gen.last, tree.tokens, tree.depths, tree.parents).copy()
 

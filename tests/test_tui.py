@@ -341,7 +341,7 @@ async def test_tinted_streaming_renders_in_chunks(agree, tmp_path) -> None:
         await pilot.pause()
         line = "x" * 59 + "\n"
         for i in range(200):  # 12,000 characters, every other piece accepted
-            view.append(line, len(line) if i % 2 else 0)
+            view.append(line, [(len(line), "eagle")] if i % 2 else [])
             if i % 10 == 0:
                 view.flush()
         await view.finish()
@@ -654,10 +654,136 @@ async def test_panel_says_why_auto_runs_what_it_runs(agree, tmp_path) -> None:
     assert auto is not None and auto["brief"].split(":")[0] in ("plain", auto["choice"])
     (why,) = [line for line in lines if line.startswith("why ")]
     assert auto["brief"][:20] in why
-    app = make_app(agree, tmp_path, draft=False)  # the app runs k=0 itself: nothing to note
+    # no drafter and no n-gram drafts (--no-draft): the app runs k=0 itself, nothing to note
+    app = make_app(agree, tmp_path, draft=False, draft_source="none")
     async with app.run_test(size=(170, 50)) as pilot:
         await ready(pilot)
         await say(pilot, "Hi")
         lines = rendered(app.chat.query_one(StatsPanel))
     assert not any(line.startswith(("note ", "why ")) for line in lines), lines
     assert any("nothing drafted (plain steps)" in line for line in lines), lines
+
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+async def test_source_command_drafts_from_the_ngram_index(agree, tmp_path) -> None:
+    """/source ngram: the next replies draft from the context only; the panel says so and
+    counts the n-gram source's drafts; the tinted reply shows them in the n-gram tint."""
+    app = make_app(agree, tmp_path, n_draft="auto", max_tokens=60)
+    async with app.run_test(size=(170, 50)) as pilot:
+        await ready(pilot)
+        await say(pilot, "/source ngram")
+        assert app.draft_source == "ngram" and app.speculation
+        assert any("draft source ngram" in n for n in notes(app))
+        await pilot.press("ctrl+t")
+        await say(pilot, ALPHABET)
+        reply = replies(app)[-1]
+        snap = app.chat.query_one(StatsPanel).snapshot
+        assert snap["draft_source"] == "ngram" and set(snap["sources"]) == {"ngram"}
+        assert snap["sources"]["ngram"]["accepted"] > 0
+        lines = rendered(app.chat.query_one(StatsPanel))
+        assert any(line.startswith("source ") and "ngram" in line for line in lines), lines
+        (row,) = [line for line in lines if line.startswith("ngram ")]
+        assert "tau" in row and f"/{snap['sources']['ngram']['drafted']} " in row
+        assert {src for _, src in reply.segments} <= {"", "ngram"}
+        assert any(src == "ngram" for _, src in reply.segments)
+        ngram_style = f"bold {app.current_theme.accent}"
+        spans = [span for c in reply.query(".tint-chunk") for span in c.content.spans]
+        assert any(span.style == ngram_style for span in spans)
+        assert not any(span.style == f"bold {app.current_theme.success}" for span in spans)
+        assert app.chat.query_one(StatsPanel).snapshot["source"] == "ngram"
+
+
+async def test_source_none_eagle_and_bad_values(agree, tmp_path) -> None:
+    app = make_app(agree, tmp_path, n_draft="auto", max_tokens=10)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "/source none")
+        assert app.draft_source == "none" and not app.speculation
+        await pilot.press("ctrl+b")  # nothing to turn on: says how
+        assert any("/source" in n for n in notes(app)), notes(app)
+        assert not app.speculation
+        await say(pilot, "plain")
+        snap = app.chat.query_one(StatsPanel).snapshot
+        assert snap["k"] == 0 and snap["drafted"] == 0 and snap["sources"] == {}
+        await say(pilot, "/source eagle")
+        assert app.draft_source == "eagle" and app.speculation
+        await say(pilot, "eagle only")
+        snap = app.chat.query_one(StatsPanel).snapshot
+        assert snap["draft_source"] == "eagle" and set(snap["sources"]) <= {"eagle"}
+        app._notifications.clear()
+        await say(pilot, "/source both")
+        assert app.draft_source == "eagle"  # refused
+        assert any("bad value for /source" in n and "auto, eagle, ngram, none" in n
+                   for n in notes(app)), notes(app)  # fmt: skip
+        await say(pilot, "/tree 3,2,5")
+        await say(pilot, "/source ngram")  # a fixed tree is the drafter's: refused
+        assert app.draft_source == "eagle"
+        assert any("n-gram drafts take /k" in n for n in notes(app)), notes(app)
+        await say(pilot, "/k auto")
+        await say(pilot, "/source ngram")
+        await say(pilot, "/tree 3,2,5")
+        assert app.draft_tree is None and app.draft_source == "ngram"
+
+
+async def test_without_a_drafter_auto_drafts_from_the_context(agree, tmp_path) -> None:
+    """draft=False loads no drafter; auto still drafts from the n-gram index, and ctrl+b
+    turns that off and on (only --no-draft, i.e. draft_source none, means plain)."""
+    app = make_app(agree, tmp_path, draft=False, n_draft="auto", max_tokens=40)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert app.speculation and "n-gram drafts only" in str(
+            app.chat.query_one("#status").render()
+        )
+        await say(pilot, ALPHABET)
+        snap = app.chat.query_one(StatsPanel).snapshot
+        assert snap["drafter"] == "none" and set(snap["sources"]) == {"ngram"}
+        await pilot.press("ctrl+b")
+        assert not app.speculation
+        await say(pilot, "/source eagle")  # nothing to draft with
+        assert any("no drafter loaded" in n for n in notes(app)), notes(app)
+
+
+async def test_tint_tells_sources_apart(agree, tmp_path) -> None:
+    """EAGLE, n-gram and both-proposed drafts get three tints; the target's tokens none; the
+    help screen shows the legend."""
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        view = app.chat.add_message("assistant", tint=True)
+        await pilot.pause()
+        view.append("abcdefg", [(2, "eagle"), (3, "ngram")])
+        view.append("hij", [(1, "eagle+ngram")])
+        await view.finish()
+        await pilot.pause()
+        assert view.segments == [("ab", "eagle"), ("cde", "ngram"), ("fg", ""),
+                                 ("h", "eagle+ngram"), ("ij", "")]  # fmt: skip
+        theme = app.current_theme
+        (chunk,) = [c.content for c in view.query(".tint-chunk")]
+        styles = {str(chunk)[s.start : s.end]: s.style for s in chunk.spans}
+        assert styles == {"ab": f"bold {theme.success}", "cde": f"bold {theme.accent}",
+                          "h": f"bold {theme.primary}"}  # fmt: skip
+        await pilot.press("f1")
+        await pilot.pause()
+        hint = str(app.screen.query_one(".hint").content)
+        assert "EAGLE drafter" in hint and "n-gram index" in hint and "both" in hint
+        help_text = "\n".join(line for s in app.screen.query("Static") for line in rendered(s))
+        assert "/source S" in help_text and "ngram (the context" in help_text
+
+
+def test_draft_spans_group_leading_drafts_by_source() -> None:
+    from localspec import Event
+    from localspec.tui.generation import draft_spans
+
+    class Letters:  # one character per token
+        def detokenize(self, tokens):
+            return "".join(chr(97 + t) for t in tokens)
+
+    ev = Event("abcdef", [0, 1, 2, 3, 4, 5], [True] * 5 + [False], None,
+               ["ngram", "ngram", "eagle", "eagle+ngram", "eagle+ngram", ""])  # fmt: skip
+    assert draft_spans(Letters(), ev) == [(2, "ngram"), (1, "eagle"), (2, "eagle+ngram")]
+    plain = Event("a", [0], [False], None, [""])
+    assert draft_spans(Letters(), plain) == []
+    cut = Event("ab", [0, 1], [True, True], "length", ["eagle", "eagle"])  # no target token
+    assert draft_spans(Letters(), cut) == [(2, "eagle")]

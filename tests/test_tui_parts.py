@@ -67,11 +67,11 @@ def test_thread_gate_waits_for_workers_inside() -> None:
 
 def test_reply_buffer_hands_over_everything_once() -> None:
     buf = ReplyBuffer()
-    buf.put("ab", 1)
+    buf.put("ab", [(1, "eagle")])
     buf.publish({"generated": 1})
-    buf.put("c", 0)
+    buf.put("c")
     buf.publish({"generated": 2})
-    assert buf.drain() == ([("ab", 1), ("c", 0)], {"generated": 2})
+    assert buf.drain() == ([("ab", [(1, "eagle")]), ("c", ())], {"generated": 2})
     assert buf.drain() == ([], None)
 
 
@@ -106,3 +106,29 @@ def test_a_panel_without_drafts_says_so_instead_of_zero_percent() -> None:
     console.print(StatsPanel.render_stats({"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}))
     text = console.export_text()
     assert "nothing drafted" in text and "0%" not in text
+
+
+def test_panel_has_a_row_per_draft_source_in_its_tint() -> None:
+    from localspec.tui.tint import tint_styles
+
+    snap = {"mode": "auto (cost model)", "source": "auto (eagle + ngram)", "drafted": 42,
+            "accepted": 24, "acceptance_rate": 24 / 42, "tau": 2.5,
+            "sources": {"ngram": {"steps": 8, "drafted": 12, "accepted": 9, "tau": 2.125,
+                                  "acceptance_rate": 0.75},
+                        "eagle": {"steps": 10, "drafted": 30, "accepted": 15, "tau": 2.5,
+                                  "acceptance_rate": 0.5}}}  # fmt: skip
+    styles = {"eagle": "bold red", "ngram": "bold blue", "eagle+ngram": "bold cyan"}
+    console = Console(width=42, record=True)
+    console.print(StatsPanel.render_stats(snap, styles))
+    lines = console.export_text(clear=False).splitlines()
+    assert any(line.startswith("source ") and "auto (eagle + ngram)" in line for line in lines)
+    (eagle,) = [line for line in lines if line.startswith("eagle ")]
+    (ngram,) = [line for line in lines if line.startswith("ngram ")]
+    assert "15/30 (50%), tau 2.50" in eagle and "9/12 (75%), tau 2.12" in ngram
+    assert lines.index(eagle) < lines.index(ngram)
+    html = console.export_html(inline_styles=True)
+    assert "color: #800000" in html and "color: #000080" in html  # red and blue labels
+    assert tint_styles()["eagle"] != tint_styles()["ngram"] != tint_styles()["eagle+ngram"]
+    plain = Console(width=42, record=True)
+    plain.print(StatsPanel.render_stats({"drafted": 0, "sources": {}}))
+    assert not any(x.startswith(("eagle ", "ngram ")) for x in plain.export_text().splitlines())

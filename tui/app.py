@@ -33,6 +33,7 @@ from .screens.help import HelpScreen
 from .session import ChatSession
 from .store import ChatStore, HistoryError, Turn
 from .summaries import reply_footer
+from .tint import legend_markup
 
 if TYPE_CHECKING:  # the engine module loads libllama: imported only where it is used
     from localspec import Engine
@@ -53,6 +54,7 @@ class ChatOptions:
     draft: str | Literal[False] | None = None  # None: find one; False: none
     n_draft: int | str = "auto"  # "auto": the cost model picks plain, a chain or a tree
     tree: TreeShape | None = None  # a fixed draft tree instead
+    draft_source: str = "auto"  # "auto", "eagle", "ngram" or "none" (plain decoding)
     n_gpu_layers: int = 0
     n_threads: int | None = None
     n_ctx: int = 4096
@@ -71,6 +73,7 @@ def default_engine_factory(o: ChatOptions) -> Engine:
     kw: dict[str, Any] = dict(
         n_draft=o.n_draft,
         tree=o.tree,
+        draft_source=o.draft_source,
         n_gpu_layers=o.n_gpu_layers,
         n_threads=o.n_threads,
         n_ctx=o.n_ctx,
@@ -107,7 +110,7 @@ class LocalspecApp(App[None]):
     KEY_HELP = [
         ("enter", "send the prompt (or run a /command)"),
         ("escape", "stop the reply in progress, keeping what was produced"),
-        ("ctrl+t", "tint tokens that came from accepted drafts (on/off)"),
+        ("ctrl+t", "tint tokens that came from accepted drafts, by source (on/off)"),
         ("ctrl+b", "speculation off/on for the next reply (live A/B)"),
         ("ctrl+n", "new conversation"),
         ("ctrl+o", "saved conversations: open, rename, delete, export"),
@@ -130,9 +133,11 @@ class LocalspecApp(App[None]):
         self.engine: Engine | None = None
         self.k: int | str = options.n_draft  # "auto" or a fixed chain length
         self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
+        # where drafts come from while speculation is on: auto, eagle, ngram (none: off)
+        self.draft_source = options.draft_source
         self.temperature = options.temperature
         self.session = ChatSession(self.store, system=options.system)
-        self.speculation = options.draft is not False
+        self.speculation = options.draft_source != "none"
         self.tint = False  # Markdown by default; ctrl+t shows where drafts were accepted
         self.generating = False
         self.last_plain_tps: float | None = None
@@ -191,14 +196,14 @@ class LocalspecApp(App[None]):
             prompt.placeholder = "no model loaded (see the error); ctrl+o still opens history"
             return
         eng = self.engine = msg.engine
-        self.speculation = self.speculation and eng.draft_path is not None
+        self.speculation = self.speculation and self.can_draft()
         self.session.target, self.session.draft = eng.target_path, eng.draft_path or ""
         if eng.draft_path:
             note = f"{eng.draft_variant} drafter {os.path.basename(eng.draft_path)}"
-        elif self.options.draft is None:
-            note = "no drafter found next to the target: plain decoding"
         else:
-            note = "no drafter"
+            drafts = "n-gram drafts only" if self.speculation else "plain decoding"
+            found = " found next to the target" if self.options.draft is None else ""
+            note = f"no drafter{found}: {drafts}"
         status = [os.path.basename(eng.target_path), note]
         if eng.chat_template_note:  # e.g. a model without a chat template gets ChatML
             status.append(eng.chat_template_note.replace(eng.target_path, status[0]))
@@ -206,7 +211,9 @@ class LocalspecApp(App[None]):
         self.chat.set_status("  |  ".join(status))
         self.sub_title = "speculation on" if self.speculation else "speculation off"
         prompt.disabled = False
-        prompt.placeholder = "Message (F1: help, /k auto|N, /tree D,K,B, /temp T, /system ...)"
+        prompt.placeholder = (
+            "Message (F1: help, /k auto|N, /tree D,K,B, /source S, /temp T, /system ...)"
+        )
         prompt.focus()
         self._show_idle_stats()
 
@@ -240,6 +247,7 @@ class LocalspecApp(App[None]):
             messages=self.session.messages_for(text),
             k=k,
             tree=self.draft_tree,
+            draft_source=self.draft_source if k != 0 else "none",
             max_tokens=self.options.max_tokens,
             temperature=self.temperature,
             top_k=self.options.top_k,
@@ -286,7 +294,7 @@ class LocalspecApp(App[None]):
                 request,
                 buffer,
                 lambda: self._stop or worker.is_cancelled or self._gate.closed,
-                lambda: self._snapshot(request.k),
+                lambda: self._snapshot(request.k, request.draft_source),
             )
             self._outcome = outcome  # read by on_unmount when quitting mid-reply
             self.post_message(ReplyEnded(outcome))
@@ -300,7 +308,25 @@ class LocalspecApp(App[None]):
             return f"fixed {self.draft_tree}"
         return "auto (cost model)" if k == "auto" else f"fixed chain k={k}"
 
-    def _snapshot(self, k: int | str) -> dict[str, Any]:
+    def can_draft(self, source: str | None = None) -> bool:
+        """Whether the loaded engine has something to draft from for source (default: the
+        current one): the n-gram index always, the EAGLE drafter when one is loaded."""
+        source = source or self.draft_source
+        has_drafter = self.engine is not None and self.engine.draft_path is not None
+        return source in ("auto", "ngram") or (source == "eagle" and has_drafter)
+
+    def _source_text(self, k: int | str, source: str) -> str:
+        """The draft source as the panel shows it: auto with what it drafts from."""
+        if k == 0 or source == "none":
+            return "none (plain decoding)"
+        if source != "auto":
+            return source
+        has_drafter = self.engine is not None and self.engine.draft_path is not None
+        if k != "auto" or self.draft_tree is not None:  # fixed shapes are the drafter's
+            return "auto (eagle: fixed shape)" if has_drafter else "auto (no drafter: plain)"
+        return "auto (eagle + ngram)" if has_drafter else "auto (ngram: no drafter)"
+
+    def _snapshot(self, k: int | str, source: str) -> dict[str, Any]:
         """Statistics for the panel; called by the worker between steps, where they are whole."""
         eng = self.engine
         assert eng is not None
@@ -308,6 +334,8 @@ class LocalspecApp(App[None]):
         snap = stats.as_dict()
         snap["k"] = k
         snap["mode"] = self._mode(k)
+        snap["draft_source"] = source
+        snap["source"] = self._source_text(k, source)
         snap["shape"] = stats.shape_summary()
         snap["drafter"] = os.path.basename(eng.draft_path or "") or "none"
         if k and self.last_plain_tps:
@@ -321,8 +349,8 @@ class LocalspecApp(App[None]):
         self._budget.start()
         pieces, snap = self._buffer.drain()
         if self._reply is not None:
-            for text, accepted_chars in pieces:
-                self._reply.append(text, accepted_chars)
+            for text, spans in pieces:
+                self._reply.append(text, spans)
             self._reply.flush()
         snap = self._snapshot_due = snap or self._snapshot_due
         now = time.monotonic()
@@ -391,11 +419,19 @@ class LocalspecApp(App[None]):
         self.tint = not self.tint
         for view in self.chat.query(MessageView):
             view.set_tint(self.tint)
-        self.notify("tinting accepted drafts" if self.tint else "tinting off")
+        self.notify(f"tinted drafts: {legend_markup()}" if self.tint else "tinting off")
 
     def action_toggle_speculation(self) -> None:
-        if self.engine is None or self.engine.draft_path is None:
-            self.notify("no drafter loaded: speculation is off", severity="warning")
+        if self.engine is None:
+            return
+        if self.draft_source == "none":
+            self.notify("draft source none: /source auto|eagle|ngram drafts", severity="warning")
+            return
+        if not self.can_draft():
+            self.notify(
+                "no drafter loaded: speculation is off (/source ngram drafts from the context)",
+                severity="warning",
+            )
             return
         self.speculation = not self.speculation
         self.sub_title = "speculation on" if self.speculation else "speculation off"
@@ -451,11 +487,14 @@ class LocalspecApp(App[None]):
         if self.engine is None:
             return
         k = self.k if self.speculation else 0
+        source = self.draft_source if k != 0 else "none"
         panel = self.chat.query_one(StatsPanel)
         snap = dict(panel.snapshot) if panel.snapshot else {}
         snap.update(
             k=k,
             mode=self._mode(k),
+            draft_source=source,
+            source=self._source_text(k, source),
             drafter=os.path.basename(self.engine.draft_path or "") or "none",
         )
         panel.show(snap)
@@ -469,8 +508,8 @@ class LocalspecApp(App[None]):
         out = self._outcome
         if self.generating and self._reply is not None and out and out.error is None:
             if self._buffer is not None:  # the reply so far is kept, as esc keeps it
-                for text, accepted_chars in self._buffer.drain()[0]:
-                    self._reply.append(text, accepted_chars)
+                for text, spans in self._buffer.drain()[0]:
+                    self._reply.append(text, spans)
             s = dict(out.snapshot, stopped=True, finish_reason=out.finish_reason)
             self.session.add_turn(Turn(self._prompt, self._reply.text, s))
         exc = self.session.save()

@@ -1,15 +1,45 @@
-"""The slash commands typed in the prompt (/k, /tree, /temp, /system, /rename, /export, /new)."""
+"""The slash commands typed in the prompt (/k, /tree, /source, /temp, /system, /rename, /export,
+/new)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from localspec import MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
+from localspec import DRAFT_SOURCES, MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
 
 from .store import HistoryError
 
 if TYPE_CHECKING:
     from .app import LocalspecApp
+
+
+NGRAM_TREE = "fixed trees are drafted by the EAGLE drafter; n-gram drafts take /k"
+SOURCE_NOTES = {
+    "auto": "the EAGLE drafter when loaded and the n-gram index, as the cost model picks",
+    "eagle": "the EAGLE drafter only",
+    "ngram": "the n-gram index of the context only (no drafter needed)",
+    "none": "plain decoding",
+}
+
+
+def set_source(app: LocalspecApp, source: str) -> None:
+    """/source auto|eagle|ngram|none: where the next replies' drafts come from; none turns
+    speculation off, the others on (ctrl+b still toggles it for an A/B)."""
+    if source not in DRAFT_SOURCES:
+        raise LocalspecError(f"one of {', '.join(DRAFT_SOURCES)}")
+    tree = app.draft_tree
+    if source == "ngram" and tree is not None and not tree.is_chain:
+        raise LocalspecError(f"{NGRAM_TREE}: /k auto or /k N first (now {tree})")
+    app.draft_source = source
+    app.speculation = source != "none"
+    app.sub_title = "speculation on" if app.speculation else "speculation off"
+    if not app.can_draft(source):
+        app.notify(
+            f"draft source {source}: no drafter loaded, so replies decode plainly",
+            severity="warning",
+        )
+    else:
+        app.notify(f"draft source {source}: {SOURCE_NOTES[source]}")
 
 
 def run_command(app: LocalspecApp, line: str) -> None:
@@ -24,8 +54,13 @@ def run_command(app: LocalspecApp, line: str) -> None:
             app.k, app.draft_tree = k, None
             app.notify("draft: auto (cost model)" if k == "auto" else f"draft: chain k = {k}")
         elif cmd == "/tree":
-            app.draft_tree = TreeShape.parse(arg)
+            tree = TreeShape.parse(arg)
+            if app.draft_source == "ngram" and not tree.is_chain:
+                raise LocalspecError(NGRAM_TREE)
+            app.draft_tree = tree
             app.notify(f"draft: fixed {app.draft_tree}")
+        elif cmd == "/source":
+            set_source(app, arg)
         elif cmd == "/temp":
             t = float(arg)
             SamplingParams(t, app.options.top_k, app.options.top_p)  # the engine's rule

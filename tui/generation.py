@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from localspec import LocalspecError, TreeShape
 
 from .reply_buffer import ReplyBuffer
+from .tint import Span
 
 if TYPE_CHECKING:
-    from localspec import Engine
+    from localspec import Engine, Event
 
 SNAPSHOT_PERIOD_S = 0.25  # statistics for the side panel: a human rate, not per token
 
@@ -27,6 +28,7 @@ class ReplyRequest:
     messages: list[dict[str, str]]
     k: int | str  # "auto" or a chain length (0: plain)
     tree: TreeShape | None
+    draft_source: str  # "auto", "eagle", "ngram" or "none" (plain)
     max_tokens: int
     temperature: float
     top_k: int
@@ -40,6 +42,25 @@ class ReplyOutcome:
     finish_reason: str
     stopped: bool  # stopped by the user (esc) or by quitting
     error: str | None = None  # why the reply failed
+
+
+def draft_spans(engine: Engine, ev: Event) -> list[Span]:
+    """The event's leading accepted drafts as (characters, source) runs: accepted drafts lead
+    a step's tokens, and consecutive tokens from the same source make one run."""
+    sources = ev.sources
+    if not sources or not sources[0]:
+        return []
+    spans: list[Span] = []
+    done = start = 0  # characters measured so far; the run's first token
+    for i in range(1, len(sources) + 1):
+        if i < len(sources) and sources[i] == sources[start]:
+            continue
+        chars = len(engine.detokenize(ev.tokens[:i]))
+        spans.append((chars - done, sources[start]))
+        done, start = chars, i
+        if i == len(sources) or not sources[i]:
+            break
+    return spans
 
 
 def stream_reply(
@@ -58,6 +79,7 @@ def stream_reply(
             max_tokens=req.max_tokens,
             n_draft=req.k,
             tree=req.tree if req.k != 0 else None,
+            draft_source=req.draft_source,
             temperature=req.temperature,
             top_k=req.top_k,
             top_p=req.top_p,
@@ -65,10 +87,7 @@ def stream_reply(
         )
         try:
             for ev in events:
-                # accepted drafts lead a step's tokens; only then is there a span to measure
-                n_acc = ev.accepted.count(True) if ev.accepted and ev.accepted[0] else 0
-                acc_chars = len(engine.detokenize(ev.tokens[:n_acc])) if n_acc else 0
-                buffer.put(ev.text, acc_chars)
+                buffer.put(ev.text, draft_spans(engine, ev))
                 if ev.finish_reason:
                     reason = ev.finish_reason
                 elif should_stop():

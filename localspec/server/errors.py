@@ -45,7 +45,17 @@ def internal_error(exc: BaseException) -> APIError:
 
 # request fields whose name starts the engine's messages about them ("tree 5x8/40 does not fit
 # this engine...", "top_k must be...")
-_ENGINE_PARAMS = ("n_draft", "tree", "max_tokens", "seed", "temperature", "top_k", "top_p", "stop")
+_ENGINE_PARAMS = (
+    "n_draft",
+    "tree",
+    "draft_source",
+    "max_tokens",
+    "seed",
+    "temperature",
+    "top_k",
+    "top_p",
+    "stop",
+)
 
 
 def engine_error(exc: Exception, prompt_field: str) -> APIError:

@@ -5,8 +5,8 @@ server cannot honour are declared so that a non-default value is refused by name
 silently ignored); null or empty, such fields ask for nothing and are accepted, as OpenAI
 accepts them (clients send its response message back with its unused fields null). What
 validates but cannot be served comes back from ``problem()``. Extensions: ``top_k``,
-``n_draft``, ``tree`` in requests (as llama-server takes ``top_k``) and a ``timings`` object in
-responses (where llama-server puts its own).
+``n_draft``, ``tree``, ``draft_source`` in requests (as llama-server takes ``top_k``) and a
+``timings`` object in responses (where llama-server puts its own).
 """
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..options import MAX_DRAFT, check_n_draft, check_stops, check_tree
+from ..options import (
+    DRAFT_SOURCES,
+    MAX_DRAFT,
+    check_draft_source,
+    check_n_draft,
+    check_stops,
+    check_tree,
+)
 from ..stats import Stats
 
 MAX_TOKENS = 1 << 24  # the engine's own bound
@@ -181,6 +188,7 @@ class _Generation(_Strict):
     stream_options: StreamOptions | None = None
     n_draft: Any = None  # extension: "auto" or a chain length
     tree: Any = None  # extension: "D,K,B" or [D, K, B]; a TreeShape once validated
+    draft_source: Any = None  # extension: "auto", "eagle", "ngram" or "none"
     # informational fields that ask for nothing observable: accepted
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -225,6 +233,18 @@ class _Generation(_Strict):
     def _tree(cls, v: Any) -> Any:
         return check_tree(v)
 
+    @field_validator("draft_source")
+    @classmethod
+    def _draft_source(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            return check_draft_source(v)
+        except ValueError:
+            # the engine decides; the message shows the names and the value as JSON
+            names = ", ".join(json.dumps(n) for n in DRAFT_SOURCES)
+            raise ValueError(f"draft_source must be one of {names}, got {json.dumps(v)}") from None
+
     def problem(self) -> Problem | None:
         """The first field set to a value this server cannot honour, if any."""
         for name, accepted in UNSUPPORTED_DEFAULTS.items():
@@ -249,6 +269,8 @@ class _Generation(_Strict):
             kw["n_draft"] = self.n_draft
         if self.tree is not None:
             kw["tree"] = self.tree
+        if self.draft_source is not None:
+            kw["draft_source"] = self.draft_source
         return kw
 
     @property
@@ -350,6 +372,9 @@ class Timings(BaseModel):
     notes: list[str]  # what the engine could not do as asked (n_draft without a drafter...)
     # auto: why it runs what it runs, in the cost model's numbers (None for fixed modes)
     auto: dict[str, Any] | None = None
+    # per draft source ("eagle", "ngram"): steps it drafted in, drafted, accepted, tau,
+    # acceptance_rate (a token both proposed counts for both)
+    sources: dict[str, dict[str, float]] = {}
 
     @classmethod
     def of(cls, s: Stats) -> Timings:
@@ -374,6 +399,7 @@ class Timings(BaseModel):
             cost_model_per_second=s.predicted_tokens_per_s,
             notes=list(s.notes),
             auto=s.auto.as_dict() if s.auto is not None else None,
+            sources={name: x.as_dict() for name, x in sorted(s.sources.items())},
         )
 
 

@@ -30,8 +30,8 @@ from ..chat_template import ChatFormatter
 from ..datasets import Record, Unusable, usable
 from ..errors import InvalidParameterError, LocalspecError
 from ..sampling import SamplingParams
-from ..speculative import pick
 from ..target import Target
+from ..verify import pick
 
 MANIFEST = "manifest.json"
 # why the feature pass skips a record, besides the reasons of `datasets.usable`
@@ -250,7 +250,7 @@ class FeatureWriter:
         if s.n_new >= self.cfg.max_new or len(s.tokens) >= self.seq_len:
             s.done = True
             return
-        tok, _ = pick(logits, self.sampling, self.rng)
+        tok = pick(logits, self.sampling, self.rng)
         s.tokens.append(int(tok))
         s.n_new += 1
         if self.eog[tok] or s.n_new >= self.cfg.max_new:

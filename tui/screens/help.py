@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..tint import legend
+
 COMMANDS = [
     ("/k auto", "let the cost model pick plain, a chain or a tree each step (default)"),
     ("/k N", "fixed draft chain of N tokens per step (0 turns speculation off)"),
-    ("/tree D,K,B", "fixed draft tree: depth, top-k per node, node budget"),
+    ("/tree D,K,B", "fixed EAGLE draft tree: depth, top-k per node, node budget"),
+    (
+        "/source S",
+        "where drafts come from: auto (EAGLE drafter and n-gram index, default), eagle, "
+        "ngram (the context, no drafter needed), none (plain decoding)",
+    ),
     ("/temp T", "sampling temperature (0 = greedy)"),
     ("/system TEXT", "system prompt for this conversation (empty: none)"),
     ("/rename TITLE", "rename this conversation"),
@@ -44,5 +52,10 @@ class HelpScreen(ModalScreen[None]):
             yield Static(keys)
             yield Static(cmds)
             yield Static(
-                "Tinted text: tokens the drafter proposed and the target accepted.", classes="hint"
+                Text.assemble(
+                    "Tinted text (ctrl+t): accepted draft tokens, by who proposed them: ",
+                    legend(self.app.current_theme),
+                    "; untinted: the target's own.",
+                ),
+                classes="hint",
             )

@@ -1,4 +1,5 @@
-"""One chat message: Markdown streamed in by appending, or tinted text showing accepted drafts.
+"""One chat message: Markdown streamed in by appending, or tinted text showing accepted drafts
+(a tint per draft source: the EAGLE drafter, the n-gram index, both).
 
 Streaming costs stay proportional to what is new: the app feeds pieces with `append` and
 renders them with `flush` at its frame rate. Markdown gets only the new text (Textual's
@@ -9,6 +10,7 @@ tinted text lives in chunks split at line breaks, so a frame re-renders only the
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from markdown_it import MarkdownIt
 from rich.text import Text
@@ -16,6 +18,8 @@ from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
 from textual.containers import Vertical
 from textual.widgets import Markdown, Static
+
+from ..tint import Span, split, tint_styles
 
 TINT_CHUNK = 2000  # characters of tinted text before a new chunk starts at a line break
 
@@ -30,19 +34,20 @@ def _parser() -> MarkdownIt:
 
 
 class MessageView(Vertical):
-    """A message. Assistant replies keep (text, accepted) segments so that the tokens that
-    came from accepted drafts can be tinted; untinted, the reply renders as Markdown."""
+    """A message. Assistant replies keep (text, source) segments so that the tokens that came
+    from accepted drafts can be tinted by who proposed them ("eagle", "ngram",
+    "eagle+ngram"; "" for the target's own tokens); untinted, the reply renders as Markdown."""
 
     DEFAULT_CLASSES = "message"
 
     def __init__(self, role: str, text: str = "", *, tint: bool = False) -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
-        self.segments: list[tuple[str, bool]] = [(text, False)] if text else []
+        self.segments: list[tuple[str, str]] = [(text, "")] if text else []
         self.tint = tint
         self.footer_text = ""
         self.error_text = ""
-        self._new: list[tuple[str, bool]] = []  # appended, not yet rendered
+        self._new: list[tuple[str, str]] = []  # appended, not yet rendered
         self._md_pending = ""  # text not yet handed to the Markdown widget
         self._md_busy: AwaitComplete | None = None  # the Markdown append in flight
         self._md_reset = False  # the Markdown widget must be rebuilt from the whole text
@@ -75,17 +80,16 @@ class MessageView(Vertical):
     def tinted(self) -> bool:
         return self.tint and self.role == "assistant"
 
-    def append(self, text: str, accepted_chars: int) -> None:
-        """Add streamed text whose first accepted_chars characters came from accepted drafts
-        (shown at the next flush)."""
-        for piece, accepted in ((text[:accepted_chars], True), (text[accepted_chars:], False)):
-            if not piece:
-                continue
-            self._new.append((piece, accepted))
-            if self.segments and self.segments[-1][1] == accepted:
-                self.segments[-1] = (self.segments[-1][0] + piece, accepted)
+    def append(self, text: str, spans: Sequence[Span] = ()) -> None:
+        """Add streamed text whose leading characters came from accepted drafts: spans are
+        (characters, source) in order; the rest is the target's own (shown at the next
+        flush)."""
+        for piece, source in split(text, spans):
+            self._new.append((piece, source))
+            if self.segments and self.segments[-1][1] == source:
+                self.segments[-1] = (self.segments[-1][0] + piece, source)
             else:
-                self.segments.append((piece, accepted))
+                self.segments.append((piece, source))
 
     def flush(self) -> None:
         """Render what was appended since the last flush."""
@@ -93,8 +97,9 @@ class MessageView(Vertical):
             return
         new, self._new = self._new, []
         if self.tinted:
-            for piece, accepted in new:
-                self._tint_text.append(piece, style=self._accept_style if accepted else "")
+            styles = self._styles
+            for piece, source in new:
+                self._tint_text.append(piece, style=styles.get(source, ""))
             if new:
                 self._render_tint_chunk()
             return
@@ -140,13 +145,14 @@ class MessageView(Vertical):
 
     def tinted_text(self) -> Text:
         out = Text()
-        for s, accepted in self.segments:
-            out.append(s, style=self._accept_style if accepted else "")
+        styles = self._styles
+        for s, source in self.segments:
+            out.append(s, style=styles.get(source, ""))
         return out
 
     @property
-    def _accept_style(self) -> str:
-        return f"bold {self.app.current_theme.success}" if self._ready else "bold green"
+    def _styles(self) -> dict[str, str]:
+        return tint_styles(self.app.current_theme if self._ready else None)
 
     def _show_mode(self, *, rebuild: bool) -> None:
         md = self.query_one(".body-md", Markdown)

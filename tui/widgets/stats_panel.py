@@ -1,4 +1,5 @@
-"""The live statistics panel: speed, tau, acceptance per draft position, prompt reuse, A/B."""
+"""The live statistics panel: speed, tau, acceptance per draft position and per draft source,
+prompt reuse, A/B."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ..summaries import prompt_summary
+from ..tint import tint_styles
 
 BAR = 16
 
@@ -28,15 +30,20 @@ class StatsPanel(Static):
 
     def show(self, snap: dict[str, Any]) -> None:
         self.snapshot = snap
-        self.update(self.render_stats(snap))
+        self.update(self.render_stats(snap, tint_styles(self.app.current_theme)))
 
     @staticmethod
-    def render_stats(s: dict[str, Any]) -> Table:
-        rows: list[tuple[str, str | Text]] = [
+    def render_stats(s: dict[str, Any], styles: dict[str, str] | None = None) -> Table:
+        """The panel's rows; styles: each draft source's tint (its label in the per-source
+        rows is drawn in it, so the panel is the tint's legend too)."""
+        styles = styles or tint_styles()
+        rows: list[tuple[str | Text, str | Text]] = [
             ("mode", Text(s.get("mode", ""), style="bold")),
             ("drafter", s.get("drafter", "none")),
             ("k", str(s.get("k", "-"))),
         ]
+        if s.get("source"):
+            rows.append(("source", s["source"]))
         if s.get("shape"):
             rows.append(("shapes", Text(s["shape"], overflow="fold")))
         rows.append(("tokens/s", f"{s.get('tokens_per_s', 0.0):.1f}"))
@@ -55,6 +62,14 @@ class StatsPanel(Static):
         else:  # "0% accepted" would read as a broken drafter: nothing was drafted
             rows.append(
                 ("accepted", "nothing drafted" + (" (plain steps)" if s.get("steps") else ""))
+            )
+        for name, x in sorted((s.get("sources") or {}).items()):  # who drafted, in its tint
+            rows.append(
+                (
+                    Text(name, style=styles.get(name, "")),
+                    f"{x['accepted']}/{x['drafted']} ({100 * x['acceptance_rate']:.0f}%), "
+                    f"tau {x['tau']:.2f}",
+                )
             )
         for i, a in enumerate(s.get("acceptance_at", [])[:12]):
             rows.append((f"  pos {i + 1}", f"{bar(a)} {100 * a:3.0f}%"))
@@ -80,6 +95,8 @@ class StatsPanel(Static):
         for label, value in rows:
             if isinstance(value, str):
                 value = Text(value)
+            if isinstance(label, str):
+                label = Text(label)
             if value.overflow != "fold":
                 value.overflow, value.no_wrap = "ellipsis", True
             t.add_row(label, value)

@@ -1,0 +1,146 @@
+"""A draft: a tree of proposed tokens after the target's chosen-but-undecoded token (the root).
+
+Every draft source yields one (a chain is a tree with one child per node), trees of several
+sources merge into one (a trie: equal tokens under the same parent share a node), one target
+decode verifies it (SpecState.verify) and one walk accepts it (verify.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .tree import MAX_TOP_K
+
+EAGLE = "eagle"
+NGRAM = "ngram"
+RANKS = MAX_TOP_K  # ranks 0..7 are told apart; RANKS means "not among the drafter's best 8"
+
+
+class Scores:
+    """What a model source's distribution at one node said, to tell where the target's token
+    ranked among its candidates: the number of candidates scoring above it, capped at RANKS.
+    Held as the logits row (chains: counting is cheaper than sorting) or as the best-first
+    candidate ids (trees, which sort anyway to expand)."""
+
+    __slots__ = ("_logits", "_top")
+
+    def __init__(self, *, logits: np.ndarray | None = None, top: np.ndarray | None = None):
+        self._logits, self._top = logits, top
+
+    def rank(self, token: int) -> int:
+        if self._top is not None:
+            hit = np.flatnonzero(self._top[:RANKS] == token)
+            return int(hit[0]) if hit.size else RANKS
+        assert self._logits is not None
+        return min(int(np.count_nonzero(self._logits > self._logits[token])), RANKS)
+
+
+@dataclass
+class DraftTree:
+    """Nodes in depth-first order (parents before children, a source's better child first);
+    node i is row i + 1 of the verify batch, the root row 0."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)  # -1: a child of the root
+    depths: list[int] = field(default_factory=list)  # 1-based
+    sources: list[set[str]] = field(default_factory=list)  # who proposed each node
+    # a model source's scores at each node it expanded (-1: the root): the rank statistics
+    scores: dict[int, Scores] = field(default_factory=dict)
+    # nodes drawn from a distribution q (a sampled chain): accepted by rejection sampling
+    q: dict[int, np.ndarray] = field(default_factory=dict)
+    # per source, its own chain of nodes from the root (n-gram: the main continuation), to
+    # credit acceptance per position
+    spine: dict[str, list[int]] = field(default_factory=dict)
+    # n-gram alternative branches (first node of each), beside the main continuation
+    alternatives: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths, default=0)
+
+    def add(self, token: int, parent: int, source: str) -> int:
+        """The node for token under parent (an existing one when a source already proposed
+        it there); returns its index. Nodes must be added parents first."""
+        for i in range(parent + 1, len(self.tokens)):
+            if self.parents[i] == parent and self.tokens[i] == token:
+                self.sources[i].add(source)
+                return i
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1 if parent >= 0 else 1)
+        self.sources.append({source})
+        return len(self.tokens) - 1
+
+    def children(self) -> dict[int, dict[int, int]]:
+        """parent -> {token: child}."""
+        out: dict[int, dict[int, int]] = {}
+        for i, (t, p) in enumerate(zip(self.tokens, self.parents, strict=True)):
+            out.setdefault(p, {}).setdefault(t, i)
+        return out
+
+    def path_tokens(self, path: list[int]) -> list[int]:
+        return [self.tokens[i] for i in path]
+
+    def ordered(self) -> DraftTree:
+        """The same tree in depth-first order (merging can append a source's nodes after
+        another's subtree): verification needs parents before children, and the target's
+        cache commit needs rows of one path in increasing order."""
+        kids: dict[int, list[int]] = {}
+        for i, p in enumerate(self.parents):
+            kids.setdefault(p, []).append(i)
+        order: list[int] = []
+        stack = list(reversed(kids.get(-1, [])))
+        while stack:
+            c = stack.pop()
+            order.append(c)
+            stack.extend(reversed(kids.get(c, [])))
+        if order == list(range(len(order))):
+            return self
+        new = {old: i for i, old in enumerate(order)}
+        new[-1] = -1
+        return DraftTree(
+            tokens=[self.tokens[o] for o in order],
+            parents=[new[self.parents[o]] for o in order],
+            depths=[self.depths[o] for o in order],
+            sources=[self.sources[o] for o in order],
+            scores={new[k]: v for k, v in self.scores.items()},
+            q={new[k]: v for k, v in self.q.items()},
+            spine={s: [new[i] for i in nodes] for s, nodes in self.spine.items()},
+            alternatives=[new[i] for i in self.alternatives],
+        )
+
+
+def merge(base: DraftTree, other: DraftTree) -> DraftTree:
+    """base with other's nodes added (shared prefixes become shared nodes); other's scores and
+    q are dropped where a node already has base's (one model source per tree)."""
+    out = DraftTree(
+        list(base.tokens),
+        list(base.parents),
+        list(base.depths),
+        [set(s) for s in base.sources],
+        dict(base.scores),
+        dict(base.q),
+        {s: list(n) for s, n in base.spine.items()},
+        list(base.alternatives),
+    )
+    where = {-1: -1}
+    for i, (t, p) in enumerate(zip(other.tokens, other.parents, strict=True)):
+        for s in other.sources[i]:
+            where[i] = out.add(t, where[p], s)
+    for k, sc in other.scores.items():
+        out.scores.setdefault(where[k], sc)
+    for k, q in other.q.items():
+        out.q.setdefault(where[k], q)
+    for s, nodes in other.spine.items():
+        out.spine[s] = [where[i] for i in nodes]
+    out.alternatives += [where[i] for i in other.alternatives]
+    return out.ordered()

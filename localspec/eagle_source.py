@@ -1,0 +1,183 @@
+"""The EAGLE-3 / EAGLE-3.1 drafter as a draft source: chains and EAGLE-2-style dynamic trees.
+
+Chains: the drafter's pick at each position (its argmax, or a draw from its distribution q for a
+fixed chain that samples, accepted by rejection sampling in verify.py), each decoded after the
+last in the drafter's history sequence.
+
+Trees (as EAGLE-2 / EAGLE-3 draft them): the root's top-k children form the first frontier; at
+each further depth every frontier node is decoded (one drafter batch, each node in its own KV
+sequence holding the committed prefix and its ancestors), its top-k children are scored by
+cumulative log-probability, and the k best of those k*k become the next frontier. All
+candidates are then reranked by cumulative log-probability and the best ``budget`` kept. A
+child never scores above its parent, so the kept set is closed under ancestors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .drafter import Drafter
+from .drafttree import EAGLE, DraftTree, Scores
+from .sampling import SamplingParams, probs, sample
+from .tree import MAX_TOP_K, TreeShape
+
+
+class EagleSource:
+    """Drafts from the drafter's queued pairs; the caller (SpecState) keeps them fed."""
+
+    def __init__(self, drafter: Drafter) -> None:
+        self.drafter = drafter
+
+    def flush(self) -> tuple[np.ndarray, np.ndarray]:
+        """Write the queued pairs: the first draft position's logits and feedback state."""
+        return self.drafter.flush()
+
+    def draft(
+        self,
+        start: tuple[np.ndarray, np.ndarray],
+        shape: TreeShape,
+        sampled: SamplingParams | None,
+        rng: np.random.Generator,
+        *,
+        ranks: bool = True,
+    ) -> DraftTree:
+        """Draft from ``flush``'s start. sampled: draw a chain from the drafter's own
+        distribution under these settings (rejection sampling), instead of its best picks.
+        ranks: keep each chain position's logits, to tell where the target's token ranked
+        (trees keep their candidates anyway)."""
+        if shape.is_chain:
+            tree = self._chain(start, shape.depth, sampled, rng, ranks)
+        else:
+            tree = _draft_tree(self.drafter, start, shape)
+        self.drafter.rewind()  # positions >= end held draft states, not target features
+        return tree
+
+    def _chain(
+        self,
+        start: tuple[np.ndarray, np.ndarray],
+        k: int,
+        sampled: SamplingParams | None,
+        rng: np.random.Generator,
+        ranks: bool,
+    ) -> DraftTree:
+        d = self.drafter
+        logits, h = start
+        pos = d.end
+        tree = DraftTree()
+        for j in range(k):
+            if sampled is None:
+                tok, q = int(np.argmax(logits)), None
+            else:
+                q = probs(logits, sampled)
+                tok = sample(q, rng)
+            node = tree.add(tok, j - 1, EAGLE)
+            if ranks:
+                tree.scores[j - 1] = Scores(logits=logits.copy())
+            if q is not None:
+                tree.q[node] = q
+            if j < k - 1:
+                logits, h = d.decode([tok], h[None, :], pos + j)
+        tree.spine[EAGLE] = list(range(k))
+        return tree
+
+
+def _top(drafter: Drafter, logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best target token ids of drafter logit rows and their log-probabilities."""
+    ids = drafter.draft_ids(logits)
+    sub = logits[..., ids] if ids is not None else logits
+    part = np.argpartition(sub, sub.shape[-1] - k, axis=-1)[..., -k:]
+    top = np.take_along_axis(sub, part, axis=-1)
+    order = np.argsort(-top, axis=-1, kind="stable")
+    part = np.take_along_axis(part, order, axis=-1)
+    top = np.take_along_axis(top, order, axis=-1)
+    m = sub.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(sub - m).sum(axis=-1, keepdims=True))
+    tok = ids[part] if ids is not None else part
+    return tok, top - lse
+
+
+def _draft_tree(
+    drafter: Drafter, start: tuple[np.ndarray, np.ndarray], shape: TreeShape
+) -> DraftTree:
+    """A dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...)."""
+    k = shape.top_k
+    logits, h_root = start
+    # every expanded node keeps its MAX_TOP_K best candidates, whatever k: the cost model's
+    # rank buckets (Scores.rank: MAX_TOP_K means "not among them") must mean the same for all
+    # shapes
+    n_keep_stats = MAX_TOP_K
+    tok, lp = _top(drafter, logits[None, :], n_keep_stats)
+    expanded: dict[int, np.ndarray] = {-1: tok[0]}
+    # candidates: (cumulative logp, depth, parent candidate index, token)
+    cand_lp: list[float] = list(lp[0, :k])
+    cand_depth: list[int] = [1] * k
+    cand_parent: list[int] = [-1] * k
+    cand_tok: list[int] = [int(t) for t in tok[0, :k]]
+    frontier = list(range(k))  # candidate indices
+    states = np.repeat(h_root[None, :], k, axis=0)  # feedback state each frontier node is fed
+    seq_of: dict[int, int] = {-1: 0}  # candidate -> drafter KV sequence holding its path
+    banks = (list(range(1, k + 1)), list(range(k + 1, 2 * k + 1)))
+    pos = drafter.end
+    for d in range(1, shape.depth):
+        # decode the frontier (depth d nodes) at position n + d - 1, each in a fresh sequence
+        bank = banks[d % 2]
+        for j, c in enumerate(frontier):
+            drafter.branch(seq_of[cand_parent[c]], bank[j])
+            seq_of[c] = bank[j]
+        toks = [cand_tok[c] for c in frontier]
+        rows_logits, rows_h = drafter.decode_frontier(toks, states, pos + d - 1, bank[: len(toks)])
+        tok, lp = _top(drafter, rows_logits, n_keep_stats)
+        for j, c in enumerate(frontier):
+            expanded[c] = tok[j]
+        # k*k children scored by cumulative log-probability; the best k form the next frontier
+        child_lp = (np.array([cand_lp[c] for c in frontier])[:, None] + lp[:, :k]).ravel()
+        first = len(cand_lp)
+        for j, c in enumerate(frontier):
+            for i in range(k):
+                cand_lp.append(float(child_lp[j * k + i]))
+                cand_depth.append(d + 1)
+                cand_parent.append(c)
+                cand_tok.append(int(tok[j, i]))
+        best = np.argsort(-child_lp, kind="stable")[:k]
+        frontier = [first + int(b) for b in best]
+        states = np.stack([drafter.feedback(rows_h[int(b) // k]) for b in best])
+    drafter.drop_branches([*banks[0], *banks[1]])
+
+    # rerank: the best `budget` candidates (ties: shallower first), then rows in depth-first
+    # order with the better child first, so the drafter's own best chain takes the first rows
+    order = sorted(range(len(cand_lp)), key=lambda c: (-cand_lp[c], cand_depth[c]))
+    kept = set(order[: shape.budget])
+    kids: dict[int, list[int]] = {}
+    for c in sorted(kept, key=lambda c: -cand_lp[c]):
+        kids.setdefault(cand_parent[c], []).append(c)
+    keep: list[int] = []
+    stack = list(reversed(kids.get(-1, [])))
+    while stack:
+        c = stack.pop()
+        keep.append(c)
+        stack.extend(reversed(kids.get(c, [])))
+    row_of = {c: i for i, c in enumerate(keep)}
+    tree = DraftTree()
+    for c in keep:
+        p = cand_parent[c]
+        tree.tokens.append(cand_tok[c])
+        tree.parents.append(row_of[p] if p >= 0 else -1)
+        tree.depths.append(cand_depth[c])
+        tree.sources.append({EAGLE})
+    tree.scores = {
+        (row_of[c] if c >= 0 else -1): Scores(top=v)
+        for c, v in expanded.items()
+        if c < 0 or c in row_of
+    }
+    tree.spine[EAGLE] = _best_chain(tree)
+    return tree
+
+
+def _best_chain(tree: DraftTree) -> list[int]:
+    """The drafter's own best chain: the first child at every level (depth-first order)."""
+    out, node = [], -1
+    for i, p in enumerate(tree.parents):
+        if p == node:
+            out.append(i)
+            node = i
+    return out

@@ -1,0 +1,25 @@
+"""One speculative step, whatever drafted: draft a tree, verify it in one target decode, walk
+it, keep what was accepted (after gpt-fast's ``speculative_decode``).
+
+Conventions (those of llama.cpp's EAGLE-3 driver): the target's cache holds positions 0..n-1;
+``last`` is the token at position n, already chosen and emitted but not yet decoded by the
+target. A step with no draft is plain decoding on the same path.
+"""
+
+from __future__ import annotations
+
+from .drafttree import DraftTree
+from .sampling import Draws, SamplingParams
+from .specstate import DraftRequest, SpecState
+from .verify import Outcome, walk
+
+
+def speculative_step(
+    state: SpecState, last: int, req: DraftRequest, sp: SamplingParams, draws: Draws
+) -> tuple[DraftTree, Outcome]:
+    n = state.n
+    tree = state.draft(req, draws.rng)
+    logits = state.verify(last, tree)
+    out = walk(tree, logits, sp, draws, n + 1)
+    state.commit(last, tree, out)
+    return tree, out

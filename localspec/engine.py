@@ -344,12 +344,14 @@ class Engine:
         return drafts
 
     def reset(self) -> None:
-        """Forget what the caches hold: the next call processes its whole prompt. A generation
-        still running is superseded (its next step raises): its history is gone."""
+        """Forget what the caches hold: the next call processes its whole prompt, and the
+        n-gram source forgets the session's earlier generations. A generation still running
+        is superseded (its next step raises): its history is gone."""
         with self._lock:
             self._check_open()
             self._current = None
             self._empty_caches()
+            self._state.forget()
 
     # --- resources ---------------------------------------------------------------------------
 

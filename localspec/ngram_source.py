@@ -88,6 +88,11 @@ class NGramSource:
         if len(self.context) - self._generated_from > 1:
             self.session.add(self.context.tokens[start:])
 
+    def forget(self) -> None:
+        self.context.clear()
+        self.session.clear()
+        self._generated_from = 0
+
     @property
     def nbytes(self) -> int:
         return self.context.nbytes + self.session.nbytes

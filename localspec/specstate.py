@@ -195,6 +195,10 @@ class SpecState:
         if self.drafter is not None:
             self.drafter.restart(0)
 
+    def forget(self) -> None:
+        """The n-gram source forgets everything it indexed (the stream and the session's)."""
+        self.ngram.forget()
+
     def finish(self) -> None:
         """A call ended: its stream joins the session's n-gram memory."""
         if self.indexing:

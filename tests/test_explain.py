@@ -154,6 +154,24 @@ def test_drafts_accepted_past_a_stop_string_are_not_counted(agree) -> None:
     assert st.tau == pytest.approx((st.accepted + st.steps) / st.steps)
 
 
+def test_ngram_drafts_accepted_past_a_stop_string_are_not_counted_for_their_source(agree) -> None:
+    """The same for n-gram drafts: the source's own count is cut back with the total, so the
+    per-source figures add up to what was emitted."""
+    with localspec.load(agree[0], draft=False, **EXACT) as eng:
+        whole = eng.complete("abcdefghijklmnopqrstuvwxyz", max_tokens=40, n_draft=8,
+                             draft_source="ngram")  # fmt: skip
+        text = whole.text
+        stop = text[len(text) // 2 : len(text) // 2 + 2]
+        out = eng.complete("abcdefghijklmnopqrstuvwxyz", max_tokens=40, n_draft=8,
+                           draft_source="ngram", stop=[stop])  # fmt: skip
+    st = out.stats
+    assert out.finish_reason == "stop"
+    ngram = st.sources["ngram"]
+    assert ngram.accepted == st.accepted == sum(out.accepted) > 0, (st.sources, out.accepted)
+    assert st.accepted < st.drafted  # the last chain was accepted past the stop
+    assert ngram.tau == pytest.approx((ngram.accepted + ngram.steps) / ngram.steps)
+
+
 def test_cli_says_why_and_warns(agree, tmp_path) -> None:
     cmd = [sys.executable, "-m", "localspec.cli", "generate", agree[0], "-p", "abc", "-n", "6"]
     lonely = str(tmp_path / "lonely.gguf")  # the target with no drafter beside it

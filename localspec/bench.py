@@ -28,6 +28,7 @@ from .datasets import (
     jsonl_prompts,
     load_conversations,
     mtbench_questions,
+    prompt_records,
     sharegpt_path,
 )
 from .errors import InvalidParameterError, LocalspecError
@@ -70,44 +71,14 @@ def _long_short(limit: int) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
     return long, short
 
 
-def _history(value: Any, where: str) -> list[Message]:
-    if value is None:
-        return []
-    ok = isinstance(value, list) and all(
-        isinstance(m, dict)
-        and m.get("role") in ("system", "user", "assistant")
-        and isinstance(m.get("content"), str)
-        for m in value
-    )
-    if not ok:
-        raise LocalspecError(
-            f'{where}: "history" must be a list of {{"role", "content"}} messages '
-            "(roles system, user, assistant)"
-        )
-    return [{"role": m["role"], "content": m["content"]} for m in value]
-
-
 def bench_records(text: str, source: str) -> list[BenchPrompt]:
     """JSONL prompt records that may carry an "id" and a "history" of earlier messages (an
     assistant's answer among them) before their "prompt" or "turns"; the history is sent
     through the chat template ahead of the measured turns, never measured itself."""
-    out: list[BenchPrompt] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{source}:{n}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LocalspecError(f"{where}: not JSON ({exc})") from None
-        if not isinstance(rec, dict):
-            raise LocalspecError(f'{where}: expected an object with "prompt" or "turns"')
-        turns = rec.get("turns") or ([rec["prompt"]] if "prompt" in rec else None)
-        if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
-            raise LocalspecError(f'{where}: needs "prompt" or "turns" strings')
-        pid = rec.get("id", f"{source}-{len(out)}")
-        out.append(BenchPrompt(str(pid), list(turns), _history(rec.get("history"), where)))
-    return out
+    return [
+        BenchPrompt(pid or f"{source}-{i}", turns, history)
+        for i, (pid, turns, history) in enumerate(prompt_records(text, source))
+    ]
 
 
 def copy_prompts() -> list[BenchPrompt]:

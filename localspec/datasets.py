@@ -233,27 +233,54 @@ def humaneval_prompts() -> list[str]:
         return [json.loads(line)["prompt"] for line in fh if line.strip()]
 
 
+def _history(value: Any, where: str) -> list[Message]:
+    if value is None:
+        return []
+    ok = isinstance(value, list) and all(
+        isinstance(m, dict)
+        and m.get("role") in ("system", "user", "assistant")
+        and isinstance(m.get("content"), str)
+        for m in value
+    )
+    if not ok:
+        raise LocalspecError(
+            f'{where}: "history" must be a list of {{"role", "content"}} messages '
+            "(roles system, user, assistant)"
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def prompt_records(text: str, source: str) -> list[tuple[str | None, list[str], list[Message]]]:
+    """JSONL prompt records: (its "id" or None, its "prompt" (one turn) or "turns" (several),
+    its "history" of earlier messages); blank lines skipped, anything else one clear error
+    naming source:line."""
+    out: list[tuple[str | None, list[str], list[Message]]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{source}:{n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LocalspecError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise LocalspecError(f'{where}: expected an object with "prompt" or "turns"')
+        turns = rec.get("turns") or ([rec["prompt"]] if "prompt" in rec else None)
+        if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+            raise LocalspecError(f'{where}: needs "prompt" or "turns" strings')
+        pid = str(rec["id"]) if "id" in rec else None
+        out.append((pid, list(turns), _history(rec.get("history"), where)))
+    return out
+
+
 def jsonl_prompts(path: str) -> list[list[str]]:
     """A user's prompt file: JSONL records with "prompt" (one turn) or "turns" (several)."""
     if os.path.isdir(path):
         raise LocalspecError(f"{path} is a folder, not a JSONL file of prompts")
     if not os.path.isfile(path):
         raise LocalspecError(f"no such file: {path}")
-    out = []
     with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LocalspecError(f"{path}:{n}: not JSON ({exc})") from None
-            if not isinstance(rec, dict):
-                raise LocalspecError(f'{path}:{n}: expected an object with "prompt" or "turns"')
-            turns = rec.get("turns") or ([rec["prompt"]] if "prompt" in rec else None)
-            if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
-                raise LocalspecError(f'{path}:{n}: needs "prompt" or "turns" strings')
-            out.append(list(turns))
+        out = [turns for _, turns, _ in prompt_records(fh.read(), path)]
     if not out:
         raise LocalspecError(f"{path} holds no prompts")
     return out

@@ -9,6 +9,15 @@ if TYPE_CHECKING:
     from .costmodel import Verdict
 
 
+def tau(accepted: int, steps: int) -> float:
+    """Tokens per verify step: the accepted drafts and the target's own token."""
+    return (accepted + steps) / steps if steps else 0.0
+
+
+def rate(accepted: int, drafted: int) -> float:
+    return accepted / drafted if drafted else 0.0
+
+
 @dataclass
 class SourceStats:
     """One draft source's share: steps it drafted in, nodes it proposed, nodes accepted (a
@@ -21,11 +30,11 @@ class SourceStats:
     @property
     def tau(self) -> float:
         """Accepted tokens per step it drafted in, counting the target's own token."""
-        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+        return tau(self.accepted, self.steps)
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return rate(self.accepted, self.drafted)
 
     def add(self, other: SourceStats) -> None:
         self.steps += other.steps
@@ -164,11 +173,11 @@ class Stats:
     @property
     def tau(self) -> float:
         """Mean accepted length per verify step, counting the target's own token (EAGLE's τ)."""
-        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+        return tau(self.accepted, self.steps)
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return rate(self.accepted, self.drafted)
 
     @property
     def acceptance_at(self) -> list[float]:

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .context_fit import (
+    OVERFLOW_POLICIES,
+    ContextUse,
+    Fitted,
+    check_overflow_policy,
+    context_use,
+    fit_messages,
+)
 from .errors import (
     CheckpointError,
     ContextFullError,
@@ -20,8 +28,11 @@ from .errors import (
     ModelFileError,
     NativeLibraryError,
     PairMismatchError,
+    SessionStateError,
     UnsupportedModelError,
 )
+from .hub import resolve_target
+from .session_cache import SessionCache
 from .stats import Stats
 
 if TYPE_CHECKING:  # the lazy names below, typed for type checkers
@@ -47,11 +58,20 @@ __all__ = [
     "NativeLibraryError",
     "PairMismatchError",
     "SamplingParams",
+    "SessionCache",
+    "SessionStateError",
     "Stats",
     "TreeShape",
     "UnsupportedModelError",
     "convert",
     "load",
+    "ContextUse",
+    "Fitted",
+    "OVERFLOW_POLICIES",
+    "check_overflow_policy",
+    "context_use",
+    "fit_messages",
+    "resolve_target",
 ]
 
 

@@ -456,6 +456,44 @@ class NativeContext:
     def clear(self) -> None:
         C.llama_memory_clear(self.mem, True)
 
+    # --- saved state (session files) -------------------------------------------------------------
+    # llama.cpp's own byte layout of the memory (cells, positions, sequences, K/V rows or
+    # recurrent states), readable only by a context of the same model and KV settings; it
+    # checks the architecture, cell counts, layer count, K/V types and row sizes itself, and a
+    # refused read leaves the memory empty.
+
+    # size_t llama_state_get_size(llama_context * ctx)
+    # size_t llama_state_get_data(llama_context * ctx, uint8_t * dst, size_t size)
+    # size_t llama_state_seq_get_size(llama_context * ctx, llama_seq_id seq_id)
+    # size_t llama_state_seq_get_data(ctx, uint8_t * dst, size_t size, llama_seq_id seq_id)
+    def state_get(self, seq: int | None = None) -> np.ndarray:
+        """The memory of every sequence (None) or of one sequence, as bytes (a copy)."""
+        ptr = self.ptr
+        size = C.llama_state_get_size(ptr) if seq is None else C.llama_state_seq_get_size(ptr, seq)
+        buf = np.empty(size, dtype=np.uint8)
+        dst = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        if seq is None:
+            n = C.llama_state_get_data(ptr, dst, size)
+        else:
+            n = C.llama_state_seq_get_data(ptr, dst, size, seq)
+        if n != size:
+            raise GenerationError(f"llama.cpp could not copy its state ({last_errors()})")
+        return buf
+
+    # size_t llama_state_set_data(llama_context * ctx, const uint8_t * src, size_t size)
+    # size_t llama_state_seq_set_data(ctx, const uint8_t * src, size_t size, llama_seq_id dest)
+    def state_set(self, data: np.ndarray, seq: int | None = None) -> bool:
+        """Replace the memory of every sequence (None) or of one with bytes state_get gave;
+        False when llama.cpp refuses them (it never reads past len(data))."""
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        src = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        clear_log()
+        if seq is None:
+            n = C.llama_state_set_data(self.ptr, src, data.size)
+        else:
+            n = C.llama_state_seq_set_data(self.ptr, src, data.size, seq)
+        return bool(n == data.size)
+
     def close(self) -> None:
         if getattr(self, "ptr", None):
             C.llama_free(self.ptr)

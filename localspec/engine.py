@@ -17,13 +17,20 @@ from typing import Any, Literal
 import numpy as np
 
 from . import _native as N
+from . import session_state
 from .chat_template import ChatFormatter
 from .clocks import cost_clock
 from .discovery import default_target, find_drafter
 from .drafter import Drafter
 from .drafter_spec import DrafterSpec
 from .drafttree import EAGLE, NGRAM
-from .errors import ContextFullError, GenerationError, InvalidParameterError, LocalspecError
+from .errors import (
+    ContextFullError,
+    GenerationError,
+    InvalidParameterError,
+    LocalspecError,
+    SessionStateError,
+)
 from .generation import Event, FinishReason, Generation
 from .gguf_keys import RECURRENT_ARCHS
 from .options import (
@@ -352,6 +359,57 @@ class Engine:
             self._current = None
             self._empty_caches()
             self._state.forget()
+
+    # --- sessions on disk ----------------------------------------------------------------------
+
+    def save_session(self, path: str | os.PathLike[str]) -> int:
+        """Save what the caches hold to a file (written whole or not at all), for
+        ``load_session`` in this or a later process on the same model files and cache settings;
+        returns its size in bytes. A generation still streaming is not disturbed: its history
+        so far is saved, as a stopped stream would leave it. SessionStateError when the file
+        cannot be written."""
+        path = os.fspath(path)
+        with self._lock:  # between steps
+            self._check_open()
+            ident = session_state.identity(self._target, self._drafter, self._rt)
+            target, drafter = self._state.snapshot()
+        return session_state.write(path, ident, target, drafter)
+
+    def load_session(self, path: str | os.PathLike[str]) -> int:
+        """Make the caches hold what ``save_session`` saved; returns the positions restored.
+        The next call keeps the prefix they share with its prompt, as after any call
+        (``Stats.cached_tokens``). A generation still running is superseded (its next step
+        raises). SessionStateError, naming the file and the reason, when it is missing,
+        truncated, corrupt, of another format version, or saved for other model files or cache
+        settings (n_ctx, n_batch, draft_batch, kv_type, flash_attn), or when llama.cpp refuses
+        it: the caches are then empty and the engine works on."""
+        path = os.fspath(path)
+        with self._lock:
+            self._check_open()
+            self._current = None
+            self._calibrate_first()
+            self._empty_caches()
+            self._state.forget()
+            ident = session_state.identity(self._target, self._drafter, self._rt)
+            target, drafter = session_state.read(path, ident)
+            try:
+                self._state.restore(target, drafter)
+            except SessionStateError as exc:
+                raise SessionStateError(f"session file {path}: {exc}") from None
+            return self._target.n
+
+    def _calibrate_first(self) -> None:
+        """Calibrate auto now when the engine's own mode would at its next call: timing the
+        machine empties the caches, which would lose a restored session."""
+        mode, _ = self._mode(None, None)
+        sched = self._scheduler
+        if sched.calibration_needed(mode, self._recalibrate):
+            rows, widths = sched.calibration_request(self._target.n_batch)
+            cal = self._state.calibrate(
+                self._rt, max_rows=rows, top_ks=widths, recalibrate=self._recalibrate
+            )
+            sched.calibrated(cal)
+            self._recalibrate = False
 
     # --- resources ---------------------------------------------------------------------------
 

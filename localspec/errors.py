@@ -37,3 +37,8 @@ class ContextFullError(GenerationError):
 
 class CheckpointError(LocalspecError):
     """A drafter checkpoint is missing, corrupt, or uses features we cannot convert."""
+
+
+class SessionStateError(LocalspecError):
+    """A saved session cannot be restored: missing, truncated, corrupt, another format
+    version, or written for other model files or cache settings."""

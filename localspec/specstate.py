@@ -7,7 +7,8 @@ operations, so the rules that keep them consistent live in one place:
 - ``draft``, ``verify``, ``commit``: one speculative step (step.py);
 - ``sleep`` / ``wake``: stop or resume feeding the drafter (taps off / on);
 - ``reset``: empty both caches; ``calibrate``: time this machine (empties them too);
-- ``finish``: a call ended (its context joins the session's n-gram memory).
+- ``finish``: a call ended (its context joins the session's n-gram memory);
+- ``snapshot`` / ``restore``: copies of both caches, for session files.
 
 Each operation is timed by the state's Probe (wall and cost clock), outside the algorithm.
 """
@@ -20,14 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .calibration import Calibration, calibrate
-from .drafter import Drafter
+from .drafter import Drafter, DrafterState
 from .drafttree import DraftTree, merge
 from .eagle_source import EagleSource
+from .errors import SessionStateError
 from .ngram_source import NGramProposal, NGramSource
 from .options import RuntimeOptions
 from .probe import Probe
 from .sampling import SamplingParams
-from .target import Target
+from .target import Target, TargetState
 from .tree import TreeShape
 from .verify import Outcome
 
@@ -194,6 +196,27 @@ class SpecState:
         self.target.clear()
         if self.drafter is not None:
             self.drafter.restart(0)
+
+    def snapshot(self) -> tuple[TargetState, DrafterState | None]:
+        """Copies of what both caches hold, taken between steps."""
+        return self.target.capture(), self.drafter.capture() if self.drafter else None
+
+    def restore(self, target: TargetState, drafter: DrafterState | None) -> None:
+        """Make both caches hold a snapshot, as though its calls had run here: the next call
+        keeps the prefix they share with its prompt, as after any call. The n-gram index
+        starts empty (it catches up with the next prompt, as a fresh engine's does).
+        SessionStateError, with both caches empty, when either part is refused."""
+        self.forget()
+        self._pending_taps = None
+        try:
+            self.target.restore(target)
+            if self.drafter is not None:
+                if drafter is None:  # session_state compares the files first
+                    raise SessionStateError("it holds no drafter state")
+                self.drafter.restore(drafter)
+        except BaseException:
+            self.reset()
+            raise
 
     def forget(self) -> None:
         """The n-gram source forgets everything it indexed (the stream and the session's)."""

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import _native as N
-from .errors import ContextFullError, UnsupportedModelError
+from .errors import ContextFullError, SessionStateError, UnsupportedModelError
 from .header_checks import check_header
 from .options import RuntimeOptions
 from .taps import GRAPH, STAGING, CallbackTaps, StagingTaps, input_node, route_for
+
+
+@dataclass
+class TargetState:
+    """A copy of what the target's cache holds (a session file's part)."""
+
+    tokens: list[int]  # the history: the token at each position of sequence 0
+    gaps: list[int]  # the position of each cell parked in the gap sequence
+    memory: np.ndarray  # llama.cpp's bytes for the cells of every sequence (uint8)
 
 
 class Target:
@@ -209,12 +219,49 @@ class Target:
 
     def reusable(self, tokens: Sequence[int]) -> int:
         """How many leading positions of the cache a prompt of these tokens can keep: the
-        common prefix, less at least the last token (its logits must be computed)."""
+        common prefix, less at least the last token (its logits must be computed). A recurrent
+        state holds only its last position: all of it or nothing."""
         limit = min(self.n, len(tokens) - 1)
         i = 0
         while i < limit and self.tokens[i] == tokens[i]:
             i += 1
-        return i
+        return 0 if self.model.recurrent and i < self.n else i
+
+    # --- saved sessions ------------------------------------------------------------------------
+
+    def capture(self) -> TargetState:
+        """A copy of the cache, between steps (no tree sequences are live then). llama.cpp's
+        state of every sequence, not of sequence 0 alone: its per-sequence copy leaves out the
+        cells a sliding window masks (Gemma 3), which a cache cut back to an earlier position
+        needs; and it keeps the parked gap cells, so a restored cache rounds as this one."""
+        return TargetState(list(self.tokens), list(self._gaps), self.ctx.state_get())
+
+    def restore(self, state: TargetState) -> None:
+        """Make the cache hold a captured state; SessionStateError, with the cache empty, for
+        one that does not fit this target or that llama.cpp refuses."""
+        self.clear()
+        n = len(state.tokens)
+        if n > self.n_ctx or any(not 0 <= t < self.n_vocab for t in state.tokens):
+            raise SessionStateError(f"its history does not fit this target ({n} tokens)")
+        # one entry per parked cell (siblings share a position); they may lie past the history
+        # (a rejected node deeper than the accepted path) until the next call cuts them
+        gaps = state.gaps
+        if any(not 0 <= p < self.n_ctx for p in gaps):
+            raise SessionStateError("its parked cells lie outside the context")
+        if gaps and not self.tree_nodes:
+            raise SessionStateError("it parks tree cells, which this target never verifies")
+        if not self.ctx.state_set(state.memory):
+            detail = N.last_errors() or "no detail"
+            self.clear()
+            raise SessionStateError(f"llama.cpp refused the target's saved state ({detail})")
+        # the cells llama.cpp restored must agree with the history and the parked positions
+        if self.ctx.seq_pos_max() != n - 1 or (
+            self.tree_nodes and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
+        ):
+            self.clear()
+            raise SessionStateError("the target's saved cells disagree with its history")
+        self.tokens = list(state.tokens)
+        self._gaps = list(state.gaps)
 
     # --- draft trees ---------------------------------------------------------------------------
 

@@ -197,3 +197,113 @@ def test_draft_source_flag_errors_are_one_line(agree, capsys) -> None:
         with pytest.raises(SystemExit):
             main([cmd, "--help"])
         assert "--draft-source {auto,eagle,ngram,none}" in capsys.readouterr().out
+
+
+# --- the chat's context and session-cache flags; targets by Hugging Face repo id -------------
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("0", 0),
+        ("4096", 4096),
+        ("500M", 500 << 20),
+        ("500mb", 500 << 20),
+        ("2G", 2 << 30),
+        ("2 GiB", 2 << 30),
+        ("1.5G", 3 << 29),
+        ("64k", 64 << 10),
+        ("1T", 1 << 40),
+    ],
+)
+def test_sizes(text, size) -> None:
+    from localspec.cli import parse_size
+
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["-1G", "", "big", "2X", "5P", "1e9", "G"])
+def test_bad_sizes_are_one_clear_error(text) -> None:
+    from localspec.cli import parse_size
+    from localspec.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="--session-cache-size wants a size like"):
+        parse_size(text)
+    with pytest.raises(InvalidParameterError, match="is more than 1 PiB"):
+        parse_size("2000T")
+
+
+class FakeApp:
+    """Stands for the chat app: records the options it would run with."""
+
+    seen: list = []
+
+    def __init__(self, opts, store=None) -> None:
+        self.seen.append(opts)
+        self.exit_notes: list[str] = []
+        self.load_error = None
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_app(monkeypatch, tmp_path) -> list:
+    from localspec import cli
+    from localspec.tui import app
+
+    FakeApp.seen = []
+    monkeypatch.setattr(app, "LocalspecApp", FakeApp)
+    monkeypatch.setattr(cli, "stdin_is_terminal", lambda: True)  # pytest's stdin is not one
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
+    return FakeApp.seen
+
+
+def test_chat_passes_the_context_and_session_cache_flags(models, fake_app, capsys) -> None:
+    from localspec.tui.chat_options import SESSION_CACHE_BYTES
+
+    assert main(["chat", models["target"]]) == 0
+    assert fake_app[-1].context_overflow == "rolling"
+    assert fake_app[-1].session_cache_bytes == SESSION_CACHE_BYTES == 2 << 30
+    args = ["--context-overflow", "stop", "--session-cache-size", "500M"]
+    assert main(["chat", models["target"], *args]) == 0
+    assert fake_app[-1].context_overflow == "stop"
+    assert fake_app[-1].session_cache_bytes == 500 << 20
+    assert main(["chat", models["target"], "--session-cache-size", "0"]) == 0
+    assert fake_app[-1].session_cache_bytes == 0
+    n = len(fake_app)
+    assert main(["chat", models["target"], "--session-cache-size=-2G"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("localspec: error: --session-cache-size") and err.count("\n") == 1
+    assert len(fake_app) == n  # refused before the app
+    with pytest.raises(SystemExit):
+        main(["chat", models["target"], "--context-overflow", "wrap"])
+    assert "invalid choice" in capsys.readouterr().err
+    for cmd in ("chat", "serve"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+        assert "--context-overflow {rolling,stop}" in capsys.readouterr().out
+
+
+def test_targets_by_repo_id_come_from_the_hub_cache(agree, tmp_path, monkeypatch, capsys) -> None:
+    """generate (and chat, serve, bench) take org/name[:QUANT]; offline, from the cache,
+    with the drafter published beside the GGUF found as usual."""
+    from test_hub import fake_cache
+
+    target, draft = agree
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with open(target, "rb") as t, open(draft, "rb") as d:
+        files = {"Agree-Q4_K_M.gguf": t.read(), "Agree-Q4_K_M.eagle3.gguf": d.read()}
+    snap = fake_cache(tmp_path / "hf", "tiny/agree", files)
+    assert main(["generate", "tiny/agree:q4_k_m", "-p", "abc", "-n", "5", "--json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["text"] == "defgh" and data["drafter"] == str(snap / "Agree-Q4_K_M.eagle3.gguf")
+    assert "localspec: tiny/agree: Agree-Q4_K_M.gguf and its drafter" in err
+    for cmd in (["generate", "tiny/absent", "-p", "x"], ["chat", "tiny/absent"]):
+        assert main(cmd) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("localspec: error: no such file: tiny/absent, and as a Hugging")
+        assert "HF_HUB_OFFLINE" in err and err.count("\n") == 1

@@ -1126,3 +1126,120 @@ def test_serve_draft_source_flag_sets_the_default(agree) -> None:
         assert proc.returncode == 0, err
         source = "ngram" if want else "none"
         assert f"draft source {source}" in err
+
+
+# --- conversations longer than the context (--context-overflow) -------------------------------
+
+SMALL_CTX = 256
+
+
+def long_chat(turns: int) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": "count letters"}]
+    for i in range(turns):
+        msgs += [
+            {"role": "user", "content": f"turn {i}: abc"},
+            {"role": "assistant", "content": "defghijklmnop"},
+        ]
+    return [*msgs, {"role": "user", "content": "abc"}]
+
+
+@pytest.fixture(scope="module")
+def small(agree) -> Iterator[localspec.Engine]:
+    target, draft = agree
+    with localspec.load(target, draft=draft, **{**OPTS, "n_ctx": SMALL_CTX}) as eng:
+        yield eng
+
+
+def test_rolling_answers_a_conversation_longer_than_the_context(small) -> None:
+    from localspec.context_fit import count_tokens, fit_messages
+
+    msgs = long_chat(30)
+    assert count_tokens(small, msgs) > 3 * SMALL_CTX
+    want = fit_messages(small, msgs, max_tokens=8)
+    assert want.dropped_turns > 0
+    report = {"context_overflow": "rolling", "dropped_turns": want.dropped_turns}
+    with running(small) as u:  # rolling is the default
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=30)
+        r = client.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0)
+        assert r.choices[0].message.content == LETTERS[:8]
+        assert r.usage.prompt_tokens == want.use.used  # the fitted conversation was sent
+        assert r.model_extra["localspec"] == report
+        chunks = list(
+            client.chat.completions.create(
+                model="x", messages=msgs, max_tokens=8, temperature=0, stream=True
+            )
+        )
+        assert chunks[-1].model_extra["localspec"] == report  # beside the timings
+        assert all("localspec" not in (c.model_extra or {}) for c in chunks[:-1])
+        chunks = list(
+            client.chat.completions.create(
+                model="x",
+                messages=msgs,
+                max_tokens=8,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        assert chunks[-1].choices == [] and chunks[-1].model_extra["localspec"] == report
+        # what fits is sent as it is, and says so
+        short = client.chat.completions.create(model="x", messages=CHAT, max_tokens=4)
+        assert short.model_extra["localspec"] == {"context_overflow": "rolling", "dropped_turns": 0}
+        # a last message that cannot fit even alone is the usual 400
+        huge = [{"role": "user", "content": "xy" * SMALL_CTX}]
+        r2 = post(u, "/v1/chat/completions", {"messages": huge}, key=None)
+        err = _error(r2)
+        assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
+        assert "the system prompt and the last message alone take" in err["message"]
+        assert f"the context holds {SMALL_CTX}" in err["message"]
+        meta = client.models.list().data[0].model_extra["meta"]
+        assert meta["context_overflow"] == "rolling"
+
+
+def test_stop_refuses_a_conversation_longer_than_the_context_as_before(small) -> None:
+    with running(small, context_overflow="stop") as u:
+        r = post(u, "/v1/chat/completions", {"messages": long_chat(30), "max_tokens": 8}, key=None)
+        err = _error(r)
+        assert err["code"] == "context_length_exceeded" and err["param"] == "messages"
+        assert err["message"].startswith("the prompt has ")
+        assert err["message"].endswith(f"tokens; the context holds {SMALL_CTX}")
+        ok = post(u, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4}, key=None)
+        assert ok.json()["localspec"] == {"context_overflow": "stop", "dropped_turns": 0}
+    with pytest.raises(InvalidParameterError, match="one of rolling, stop"):
+        create_app(small, context_overflow="drop")
+
+
+def test_serve_context_overflow_flag(agree) -> None:
+    import signal
+
+    target, draft = agree
+    proc = _serve(
+        [
+            target,
+            "--no-draft",
+            "--port",
+            "0",
+            "-t",
+            "1",
+            "--ctx",
+            str(SMALL_CTX),
+            "--context-overflow",
+            "stop",
+        ]
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        base = line.split(" at ")[1].strip()
+        r = post(
+            base.removesuffix("/v1"),
+            "/v1/chat/completions",
+            {"messages": long_chat(30), "max_tokens": 4},
+            key=None,
+        )
+        assert _error(r)["code"] == "context_length_exceeded"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "context overflow stop" in err

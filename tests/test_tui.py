@@ -569,8 +569,13 @@ async def test_read_only_or_full_database_does_not_crash(agree, tmp_path, how) -
         await pilot.pause()
         await pilot.press("escape")
         await pilot.pause()
-        assert app.is_running and len(app.session.history) == 4
-        assert len(app.session.unsaved) == 1
+        assert app.is_running
+        if how == "full" and not app.store.conversations():
+            # at its page limit a delete needs no new page: it went through, and the open
+            # conversation (the deleted one) was closed with it
+            assert app.session.conversation_id is None and not app.session.history
+            return
+        assert len(app.session.history) == 4 and len(app.session.unsaved) == 1
         if how == "read-only":  # (with the file at its page limit these need no new page)
             assert app.store.conversations()  # the delete was refused
             assert any("cannot delete" in n for n in notes(app))

@@ -7,28 +7,33 @@ the worker posts one ReplyEnded message, and the UI changes only on the UI threa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Input, LoadingIndicator
+from textual.widget import Widget
+from textual.widgets import LoadingIndicator
 from textual.worker import get_current_worker
 
-from localspec import LocalspecError, TreeShape
+from localspec import LocalspecError, TreeShape, context_use, fit_messages, resolve_target
 
+from . import turn_actions
+from .app_messages import EngineReady, ModelSwitched, ReplyEnded, ReplyPlan, TurnsDropped
+from .chat_options import ChatOptions, default_engine_factory
 from .commands import run_command
 from .frame_budget import FrameBudget
 from .generation import ReplyOutcome, ReplyRequest, stream_reply
 from .reply_buffer import ReplyBuffer
+from .saved_states import SavedStates
 from .screens.chat import ChatScreen
-from .screens.conversations import ConversationsScreen
+from .screens.conversations import ConversationsScreen, OpenRequest
 from .screens.help import HelpScreen
 from .session import ChatSession
 from .store import ChatStore, HistoryError, Turn
@@ -40,6 +45,7 @@ if TYPE_CHECKING:  # the engine module loads libllama: imported only where it is
 from .thread_gate import ThreadGate
 from .widgets.history_chart import HistoryChart
 from .widgets.message import MessageView
+from .widgets.prompt_area import PromptArea
 from .widgets.stats_panel import StatsPanel
 
 FRAME_S = 1 / 20  # the streaming reply is redrawn at most this often,
@@ -48,73 +54,43 @@ MAX_GAP_S = 1.0  # ...but at least this often, however costly a redraw
 PANEL_S = 0.25  # the side panel is refreshed at most this often while streaming
 
 
-@dataclass
-class ChatOptions:
-    target: str | None = None
-    draft: str | Literal[False] | None = None  # None: find one; False: none
-    n_draft: int | str = "auto"  # "auto": the cost model picks plain, a chain or a tree
-    tree: TreeShape | None = None  # a fixed draft tree instead
-    draft_source: str = "auto"  # "auto", "eagle", "ngram" or "none" (plain decoding)
-    n_gpu_layers: int = 0
-    n_threads: int | None = None
-    n_ctx: int = 4096
-    system: str = ""
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    max_tokens: int = 512
-    seed: int | None = None
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-def default_engine_factory(o: ChatOptions) -> Engine:
-    from localspec import load
-
-    kw: dict[str, Any] = dict(
-        n_draft=o.n_draft,
-        tree=o.tree,
-        draft_source=o.draft_source,
-        n_gpu_layers=o.n_gpu_layers,
-        n_threads=o.n_threads,
-        n_ctx=o.n_ctx,
-    )
-    kw.update(o.engine_kwargs)  # engine options beyond the common ones (tests: exact numerics)
-    return load(o.target, draft=o.draft, **kw)
-
-
-class EngineReady(Message):
-    def __init__(self, engine: Engine | None, error: str | None) -> None:
-        super().__init__()
-        self.engine, self.error = engine, error
-
-
-class ReplyEnded(Message):
-    def __init__(self, outcome: ReplyOutcome) -> None:
-        super().__init__()
-        self.outcome = outcome
-
-
 class LocalspecApp(App[None]):
     CSS_PATH = "localspec.tcss"
     TITLE = "localspec"
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
+        Binding("ctrl+r", "retry", "Retry"),
+        Binding("f2", "version(-1)", "◀ Version"),
+        Binding("f3", "version(1)", "Version ▶"),
         Binding("ctrl+t", "toggle_tint", "Tint"),
         Binding("ctrl+b", "toggle_speculation", "A/B"),
         Binding("ctrl+n", "new_conversation", "New"),
         Binding("ctrl+o", "open_conversations", "History"),
-        Binding("ctrl+y", "copy_last", "Copy"),
+        Binding("ctrl+y", "copy_last", "Copy", priority=True),  # the prompt's redo otherwise
+        Binding("ctrl+g", "copy_code", "Copy code"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit"),
     ]
     KEY_HELP = [
         ("enter", "send the prompt (or run a /command)"),
-        ("escape", "stop the reply in progress, keeping what was produced"),
+        (
+            "ctrl+j",
+            "new line in the prompt (shift+enter too, where the terminal reports it); "
+            "pasted text keeps its lines",
+        ),  # fmt: skip
+        ("escape", "stop the reply in progress, keeping what was produced (or cancel /edit)"),
+        ("ctrl+r", "retry: regenerate the last reply (the old one stays as a version)"),
+        ("f2 / f3", "previous / next version of the last reply"),
         ("ctrl+t", "tint tokens that came from accepted drafts, by source (on/off)"),
-        ("ctrl+b", "speculation off/on for the next reply (live A/B)"),
+        (
+            "ctrl+b",
+            "speculation off/on for the next reply (live A/B; with ctrl+r, the same "
+            "prompt both ways)",
+        ),  # fmt: skip
         ("ctrl+n", "new conversation"),
-        ("ctrl+o", "saved conversations: open, rename, delete, export"),
-        ("ctrl+y", "copy the last reply to the clipboard"),
+        ("ctrl+o", "saved conversations: open, search (/), rename, delete, export"),
+        ("ctrl+y", "copy the last reply"),
+        ("ctrl+g", "copy the last code block of the last reply"),
         ("f1", "this help"),
         ("ctrl+q", "quit"),
     ]
@@ -130,6 +106,9 @@ class LocalspecApp(App[None]):
         self.options = options
         self.engine_factory = engine_factory
         self.store = store or ChatStore()
+        self.states = SavedStates(
+            self.store.filename, options.session_cache_bytes, options.session_cache_dir
+        )
         self.engine: Engine | None = None
         self.k: int | str = options.n_draft  # "auto" or a fixed chain length
         self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
@@ -140,17 +119,19 @@ class LocalspecApp(App[None]):
         self.speculation = options.draft_source != "none"
         self.tint = False  # Markdown by default; ctrl+t shows where drafts were accepted
         self.generating = False
+        self.switching = False  # another model is loading (/model)
+        self.editing: int | None = None  # /edit N: the next prompt replaces turn N-1
+        self.outside = 0  # oldest turns the rolling window left out of the last prompt
         self.last_plain_tps: float | None = None
-        self.last_reply = ""
         self.load_error: str | None = None
         self.exit_notes: list[str] = []  # for stderr once the app has left the terminal
         self._stop = False
         self._gate = ThreadGate()  # the engine is closed only once no worker is inside
-        self._loaded: Engine | None = (
-            None  # the engine as loaded, even if EngineReady never arrives
-        )
+        self._loaded: Engine | None = None  # loaded, even if its message never arrives
+        self._restore: int | None = None  # a reopened conversation whose KV state is on disk
         self._reply: MessageView | None = None
-        self._prompt = ""  # the prompt of the reply in progress
+        self._plan: ReplyPlan | None = None  # the reply in progress
+        self._replaced: list[Widget] = []  # views a retry or an edit hides until it is kept
         self._buffer: ReplyBuffer | None = None
         self._outcome: ReplyOutcome | None = None  # set by the worker as it ends
         self._frame_timer: Timer | None = None
@@ -158,7 +139,7 @@ class LocalspecApp(App[None]):
         self._panel_shown = 0.0  # monotonic time of the last panel refresh
         self._snapshot_due: dict[str, Any] | None = None  # drained, not yet shown
 
-    # --- start-up ----------------------------------------------------------------------------
+    # --- start-up and models -----------------------------------------------------------------
 
     async def on_mount(self) -> None:
         self._chat = ChatScreen()
@@ -171,6 +152,12 @@ class LocalspecApp(App[None]):
     @property
     def chat(self) -> ChatScreen:
         return self._chat
+
+    @property
+    def last_reply(self) -> str:
+        """The last turn's reply as shown (the version browsed to)."""
+        turns = self.session.turns
+        return turns[-1].reply if turns else ""
 
     @work(thread=True, exclusive=True, group="load")
     def load_engine(self) -> None:
@@ -188,15 +175,21 @@ class LocalspecApp(App[None]):
 
     def on_engine_ready(self, msg: EngineReady) -> None:
         self.chat.query_one("#loading", LoadingIndicator).display = False
-        prompt = self.chat.query_one("#prompt", Input)
+        prompt = self.chat.prompt
         if msg.error or msg.engine is None:
             self.load_error = msg.error or "no engine"
             self.chat.set_status("no model loaded")
             self.notify(self.load_error, title="Model load failed", severity="error", timeout=30)
             prompt.placeholder = "no model loaded (see the error); ctrl+o still opens history"
             return
-        eng = self.engine = msg.engine
-        self.speculation = self.speculation and self.can_draft()
+        self._use_engine(msg.engine)
+        prompt.disabled = False
+        prompt.focus()
+
+    def _use_engine(self, eng: Engine) -> None:
+        """Make eng the model replies come from: the status line, the panel, the gauge."""
+        self.engine = eng
+        self.speculation = self.draft_source != "none" and self.can_draft()
         self.session.target, self.session.draft = eng.target_path, eng.draft_path or ""
         if eng.draft_path:
             note = f"{eng.draft_variant} drafter {os.path.basename(eng.draft_path)}"
@@ -210,41 +203,123 @@ class LocalspecApp(App[None]):
             self.exit_notes.append(eng.chat_template_note)
         self.chat.set_status("  |  ".join(status))
         self.sub_title = "speculation on" if self.speculation else "speculation off"
-        prompt.disabled = False
-        prompt.placeholder = (
-            "Message (F1: help, /k auto|N, /tree D,K,B, /source S, /temp T, /system ...)"
+        self.chat.prompt.placeholder = (
+            "Message (enter sends, ctrl+j new line; F1: keys and /commands)"
         )
-        prompt.focus()
         self._show_idle_stats()
+        self.show_gauge()
+
+    def switch_model(self, spec: str) -> None:
+        """/model PATH|REPO: load another target (with the drafter found for it) in the
+        background; the current model stays until the new one is ready, and on any error."""
+        if self.generating or self.switching:
+            self.notify("wait for the reply or the model load in progress", severity="warning")
+            return
+        self.switching = True
+        self.chat.prompt.disabled = True
+        self.chat.set_status(f"loading {spec}...")
+        self._load_other(spec)
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load_other(self, spec: str) -> None:
+        if not self._gate.enter():
+            return
+        opts = dataclasses.replace(self.options, target=spec, draft=None)
+        try:
+            # no progress bars: they would draw over the app
+            opts.target = resolve_target(spec, log=lambda line: None, progress=False)
+            engine = self.engine_factory(opts)
+        except LocalspecError as exc:
+            self.post_message(ModelSwitched(None, opts, str(exc)))
+        else:
+            self._loaded = engine  # closed on quit even if the message never arrives
+            self.post_message(ModelSwitched(engine, opts, None))
+        finally:
+            self._gate.leave()
+
+    def on_model_switched(self, msg: ModelSwitched) -> None:
+        self.switching = False
+        self.chat.prompt.disabled = self.engine is None and msg.engine is None
+        if msg.engine is None:
+            self.notify(
+                f"{msg.error}. The current model stays.",
+                title="Model switch failed",
+                severity="error",
+                timeout=20,
+            )
+            if self.engine is not None:
+                self._use_engine(self.engine)  # its status line again
+                self.chat.prompt.focus()
+            return
+        old = self.engine
+        if old is not None:
+            self._save_state(old)
+            old.close()
+        self.options = msg.options
+        self.load_error = None
+        self.last_plain_tps = None  # "vs plain" compares replies of the same model
+        self._restore = None
+        self._use_engine(msg.engine)
+        self.chat.prompt.disabled = False
+        self.chat.prompt.focus()
+        self.notify(f"model: {os.path.basename(msg.engine.target_path)}")
 
     # --- prompts and commands ----------------------------------------------------------------
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id != "prompt":
-            return
+    def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
         text = event.value.strip()
         if not text:
             return
-        if text.startswith("/"):
-            event.input.value = ""
+        if text.startswith("/") and "\n" not in text:
             self.run_command(text)
             return
-        if self.generating or self.engine is None:
-            self.notify("a reply is in progress (esc stops it)", severity="warning")
+        if self.generating or self.engine is None or self.switching:
+            event.area.restore(event.value)  # kept for when the reply or the load is done
+            self.notify("a reply or a model load is in progress (esc stops a reply)",
+                        severity="warning")  # fmt: skip
             return
-        event.input.value = ""
         self.send(text)
 
     def send(self, text: str) -> None:
         """Start a reply. The prompt joins the history (and the store) only with its reply."""
-        self.chat.add_message("user", text)
+        if self.editing is not None:
+            index, self.editing = self.editing, None
+            self.chat.prompt.border_title = None
+            self.start_reply(ReplyPlan("edit", text, index))
+        else:
+            self.start_reply(ReplyPlan("new", text, len(self.session.turns)))
+
+    def retry(self) -> None:
+        """Regenerate the last reply: the old one stays as a version (f2/f3 browse them)."""
+        if self.engine is None or self.generating or self.switching:
+            self.notify("nothing to retry now", severity="warning")
+            return
+        turns = self.session.turns
+        if not turns:
+            self.notify("no reply to retry yet", severity="warning")
+            return
+        self.start_reply(ReplyPlan("retry", turns[-1].prompt, len(turns) - 1))
+
+    def start_reply(self, plan: ReplyPlan) -> None:
+        """Show the prompt and an empty reply (hiding what a retry or an edit replaces), then
+        start the engine."""
+        if plan.kind == "retry":
+            self._replaced = list(self.chat.messages_from(plan.index, "assistant"))
+        elif plan.kind == "edit":
+            self._replaced = self.chat.views_from(plan.index)
+        for view in self._replaced:
+            view.display = False
+        if plan.kind != "retry":
+            self.chat.add_message("user", plan.prompt).turn = plan.index
         self._reply = self.chat.add_message("assistant", tint=self.tint)
+        self._reply.turn = plan.index
         self.chat.conversation.anchor()
-        self._prompt, self._buffer, self._outcome = text, ReplyBuffer(), None
+        self._plan, self._buffer, self._outcome = plan, ReplyBuffer(), None
         self.generating, self._stop = True, False
         k = self.k if self.speculation else 0
+        cid, self._restore = self._restore, None
         request = ReplyRequest(
-            messages=self.session.messages_for(text),
+            messages=self.session.messages_for(plan.prompt, upto=plan.index),
             k=k,
             tree=self.draft_tree,
             draft_source=self.draft_source if k != 0 else "none",
@@ -253,10 +328,18 @@ class LocalspecApp(App[None]):
             top_k=self.options.top_k,
             top_p=self.options.top_p,
             seed=self.options.seed,
+            overflow=self.options.context_overflow,
+            restore=self._restorer(cid),
         )
         # the engine starts once the new messages are on screen: laying them out costs the UI
         # thread tens of milliseconds, which would otherwise compete with the first decodes
         self.call_after_refresh(self._start_reply, request, self._buffer)
+
+    def _restorer(self, conversation_id: int | None) -> Callable[[], int] | None:
+        if conversation_id is None or self.engine is None:
+            return None
+        engine, states = self.engine, self.states
+        return lambda: states.restore(engine, conversation_id)
 
     def _start_reply(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
         assert self._frame_timer is not None
@@ -267,6 +350,7 @@ class LocalspecApp(App[None]):
     def run_command(self, line: str) -> None:
         run_command(self, line)
         self._show_idle_stats()
+        self.show_gauge()  # /system changes its share
 
     def export_conversation(self, conversation_id: int, path: str = "") -> str | None:
         """Write a conversation as Markdown and say where; None (and an error) on failure."""
@@ -279,6 +363,14 @@ class LocalspecApp(App[None]):
             return None
         self.notify(f"exported to {out}")
         return out
+
+    def forget_conversation(self, conversation_id: int) -> None:
+        """A deleted conversation: its saved KV state goes too."""
+        self.states.drop(conversation_id)
+        if conversation_id == self.session.conversation_id:
+            self.session.reset()
+            self.chat.clear_messages()
+            self.show_gauge()
 
     # --- generation: a thread worker feeding a buffer, drained by a frame timer --------------
 
@@ -295,11 +387,15 @@ class LocalspecApp(App[None]):
                 buffer,
                 lambda: self._stop or worker.is_cancelled or self._gate.closed,
                 lambda: self._snapshot(request.k, request.draft_source),
+                lambda n: self._post(TurnsDropped(n)),
             )
             self._outcome = outcome  # read by on_unmount when quitting mid-reply
             self.post_message(ReplyEnded(outcome))
         finally:
             self._gate.leave()
+
+    def _post(self, msg: Message) -> None:
+        self.post_message(msg)
 
     def _mode(self, k: int | str) -> str:
         if k == 0:
@@ -358,6 +454,21 @@ class LocalspecApp(App[None]):
             self._panel_shown, self._snapshot_due = now, None
             self.chat.query_one(StatsPanel).show(snap)
 
+    def on_turns_dropped(self, msg: TurnsDropped) -> None:
+        """One line where turns left the window; later prompts that leave out the same turns
+        (the window moves in steps) say nothing more."""
+        new, self.outside = msg.n - self.outside, msg.n
+        if new <= 0:
+            return
+        s = "s" if new > 1 else ""
+        total = f" ({msg.n} in all)" if new != msg.n else ""
+        first = self.chat.messages_from(self._plan.index, "user")[-1:] if self._plan else []
+        self.chat.add_notice(
+            f"{new} oldest turn{s} left the context window{total} (rolling): the model no "
+            "longer sees them; they stay here and in history",
+            before=first[0] if first else None,
+        )
+
     async def on_reply_ended(self, msg: ReplyEnded) -> None:
         out = msg.outcome
         assert self._frame_timer is not None
@@ -365,32 +476,66 @@ class LocalspecApp(App[None]):
         self._frame(last=True)  # the last pieces
         self._buffer = None
         reply, self._reply = self._reply, None
+        plan, self._plan = self._plan, None
         if reply is not None:
             await reply.finish()
         if out.error is not None:
-            self._reply_failed(reply, out.error)
+            self._reply_failed(plan, reply, out.error)
         else:
-            self._reply_done(reply, out)
+            self._reply_done(plan, reply, out)
         self.generating = False
 
-    def _reply_done(self, reply: MessageView | None, out: ReplyOutcome) -> None:
+    def _keep(self, plan: ReplyPlan | None, text: str, s: dict[str, Any]) -> HistoryError | None:
+        """Record a finished (or stopped) reply as its plan says."""
+        if plan is None:
+            return None
+        if plan.kind == "retry":
+            return self.session.add_version(text, s)
+        if plan.kind == "edit":
+            return self.session.replace_turn(plan.index, Turn(plan.prompt, text, s))
+        return self.session.add_turn(Turn(plan.prompt, text, s))
+
+    def _reply_done(self, plan: ReplyPlan | None, reply: MessageView | None,
+                    out: ReplyOutcome) -> None:  # fmt: skip
         s = dict(out.snapshot, stopped=out.stopped, finish_reason=out.finish_reason)
         text = reply.text if reply else ""
-        self.last_reply = text
         if s["k"] == 0 and s["generated"] > 0:
             self.last_plain_tps = s["tokens_per_s"]
-        if reply is not None:
-            reply.set_footer(reply_footer(s))
         if out.finish_reason == "context_full":
-            self.notify(
-                "the context window is full: start a new conversation (ctrl+n)", severity="warning"
+            hint = (
+                "the next prompt drops the oldest turns (rolling window)"
+                if self.options.context_overflow == "rolling"
+                else "start a new conversation (ctrl+n)"
             )
-        self._report_unsaved(self.session.add_turn(Turn(self._prompt, text, s)))
+            self.notify(f"the context window is full: {hint}", severity="warning")
+        self._report_unsaved(self._keep(plan, text, s))
+        for view in self._replaced:
+            view.remove()
+        self._replaced = []
+        if plan is not None:
+            self.chat.set_footers(self.session.turns, plan.index)
+        elif reply is not None:
+            reply.set_footer(reply_footer(s))
+        self.outside = out.dropped_turns
+        if out.use is not None:
+            self.chat.gauge.show(out.use.used, out.use.n_ctx, out.use.system,
+                                 outside=self.outside)  # fmt: skip
         self.chat.query_one(StatsPanel).show(s)
         if s["generated"]:
             self.chat.query_one(HistoryChart).add(s["tau"], s["tokens_per_s"])
 
-    def _reply_failed(self, reply: MessageView | None, error: str) -> None:
+    def _reply_failed(self, plan: ReplyPlan | None, reply: MessageView | None,
+                      error: str) -> None:  # fmt: skip
+        if plan is not None and plan.kind != "new":  # what it would replace comes back
+            for view in self.chat.views_from(plan.index):
+                if view not in self._replaced:
+                    view.remove()
+            for view in self._replaced:
+                view.display = True
+            self._replaced = []
+            self.notify(f"{error}. Nothing was replaced.", title=f"{plan.kind.title()} failed",
+                        severity="error", timeout=15)  # fmt: skip
+            return
         if reply is not None:
             reply.show_error(f"generation failed: {error}")
             reply.set_footer("not kept: the next prompt continues from the turn before")
@@ -414,6 +559,14 @@ class LocalspecApp(App[None]):
     def action_stop(self) -> None:
         if self.generating:
             self._stop = True
+        elif self.editing is not None:
+            turn_actions.cancel_edit(self)
+
+    def action_retry(self) -> None:
+        self.retry()
+
+    def action_version(self, step: int) -> None:
+        turn_actions.step_version(self, step)
 
     def action_toggle_tint(self) -> None:
         self.tint = not self.tint
@@ -438,6 +591,15 @@ class LocalspecApp(App[None]):
         self.notify(f"next reply: {'speculation' if self.speculation else 'plain decoding'}")
         self._show_idle_stats()
 
+    def _save_state(self, engine: Engine | None = None) -> None:
+        """Keep the current conversation's KV state on disk for when it reopens."""
+        engine = engine or self.engine
+        if engine is not None and self.session.conversation_id is not None:
+            why = self.states.save(engine, self.session.conversation_id)
+            if why:  # the conversation is safe; only its next reopening will be slower
+                self.exit_notes.append(why)
+                self.notify(why, severity="warning")
+
     def _leave_conversation(self) -> bool:
         """Before another conversation replaces this one: False while a reply streams."""
         if self.generating:
@@ -446,6 +608,9 @@ class LocalspecApp(App[None]):
         if not self._report_unsaved(self.session.save()):
             n = len(self.session.unsaved)
             self.notify(f"{n} unsaved turn{'s' if n > 1 else ''} left behind", severity="warning")
+        self._save_state()
+        self.editing, self.outside, self._restore = None, 0, None
+        self.chat.prompt.border_title = None
         return True
 
     def action_new_conversation(self) -> None:
@@ -453,32 +618,39 @@ class LocalspecApp(App[None]):
             return
         self.session.reset()
         self.chat.clear_messages()
+        self.show_gauge()
 
     def action_open_conversations(self) -> None:
+        self.open_history()
+
+    def open_history(self, query: str = "") -> None:
+        """The saved conversations (ctrl+o), or the search hits for query (/search)."""
         if self.generating:
             self.notify("stop the reply first (esc)", severity="warning")
             return
-        self.push_screen(ConversationsScreen(self.store), self.open_conversation)
+        self.push_screen(ConversationsScreen(self.store, query), self.open_conversation)
 
-    def open_conversation(self, conversation_id: int | None) -> None:
-        if conversation_id is None or not self._leave_conversation():
+    def open_conversation(self, req: OpenRequest | None) -> None:
+        if req is None or not self._leave_conversation():
             return
         try:
-            title, messages = self.session.open(conversation_id)
+            title, turns, at = self.session.open(req.conversation_id, req.message_id)
         except HistoryError as exc:
             self.notify(str(exc), title="Chat history", severity="error", timeout=15)
             return
-        self.chat.clear_messages()
-        for m in messages:
-            view = self.chat.add_message(m.role, m.content, tint=False)
-            if m.stats:
-                view.footer_text = reply_footer(m.stats)
+        self.chat.show_turns(turns)
+        self._restore = req.conversation_id  # its KV state is restored before the next reply
+        if at is not None:
+            self.chat.reveal(at)
         self.notify(f"opened: {title}")
+        self.show_gauge()
 
     def action_copy_last(self) -> None:
         if self.last_reply:
-            self.copy_to_clipboard(self.last_reply)
-            self.notify("last reply copied")
+            turn_actions.copy(self, self.last_reply, "last reply")
+
+    def action_copy_code(self) -> None:
+        turn_actions.copy_code(self)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.KEY_HELP))
@@ -499,6 +671,26 @@ class LocalspecApp(App[None]):
         )
         panel.show(snap)
 
+    def show_gauge(self) -> None:
+        """The gauge for the conversation as the next prompt would send it: under the rolling
+        policy, without the turns that would leave the window."""
+        eng = self.engine
+        if eng is None:
+            return
+        system = [{"role": "system", "content": self.session.system}] if self.session.system else []
+        messages = system + self.session.history
+        if not messages:
+            self.chat.gauge.show(0, eng.n_ctx, 0)
+            return
+        try:
+            fitted = fit_messages(eng, messages, max_tokens=self.options.max_tokens,
+                                  policy=self.options.context_overflow)  # fmt: skip
+        except LocalspecError:  # not even the last turn fits: count it all
+            use, self.outside = context_use(eng, messages), 0
+        else:
+            use, self.outside = fitted.use, fitted.dropped_turns
+        self.chat.gauge.show(use.used, use.n_ctx, use.system, outside=self.outside)
+
     # --- shutdown ----------------------------------------------------------------------------
 
     def on_unmount(self) -> None:
@@ -511,12 +703,12 @@ class LocalspecApp(App[None]):
                 for text, spans in self._buffer.drain()[0]:
                     self._reply.append(text, spans)
             s = dict(out.snapshot, stopped=True, finish_reason=out.finish_reason)
-            self.session.add_turn(Turn(self._prompt, self._reply.text, s))
+            self._keep(self._plan, self._reply.text, s)
         exc = self.session.save()
         if exc is not None:
             n = len(self.session.unsaved)
             self.exit_notes.append(f"{n} chat turn{'s' if n > 1 else ''} not saved: {exc}")
-        engine = self.engine or self._loaded
-        if engine is not None:
+        self._save_state()  # a stopped reply leaves a cache the next call can use too
+        for engine in {id(e): e for e in (self.engine, self._loaded) if e is not None}.values():
             engine.close()
         self.store.close()

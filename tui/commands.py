@@ -1,5 +1,6 @@
-"""The slash commands typed in the prompt (/k, /tree, /source, /temp, /system, /rename, /export,
-/new)."""
+"""The slash commands typed in the prompt: speculation (/k, /tree, /source), sampling (/temp),
+the conversation (/system, /retry, /edit, /version, /branch, /copy, /rename, /export, /new,
+/search) and the model (/model)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from localspec import DRAFT_SOURCES, MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
 
+from . import turn_actions
 from .store import HistoryError
 
 if TYPE_CHECKING:
@@ -78,6 +80,20 @@ def run_command(app: LocalspecApp, line: str) -> None:
             app.export_conversation(cid, arg)
         elif cmd in ("/new", "/clear"):
             app.action_new_conversation()
+        elif cmd == "/retry":
+            app.retry()
+        elif cmd == "/edit" and arg:
+            turn_actions.edit(app, int(arg))
+        elif cmd == "/version" and arg and app.session.turns:
+            turn_actions.switch_version(app, len(app.session.turns) - 1, int(arg))
+        elif cmd == "/branch" and arg:
+            turn_actions.branch(app, arg)
+        elif cmd == "/copy":
+            turn_actions.copy_code(app, int(arg) if arg else None)
+        elif cmd == "/search" and arg:
+            app.open_history(arg)
+        elif cmd == "/model" and arg:
+            app.switch_model(arg)
         else:
             app.notify(f"unknown or incomplete command: {line} (F1 lists them)", severity="warning")
     except HistoryError as exc:

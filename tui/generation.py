@@ -1,5 +1,9 @@
 """One reply on the engine, run in a worker thread, streamed into a ReplyBuffer.
 
+Before the first token it restores the conversation's saved KV state (when reopened) and fits
+the messages into the context window (the overflow policy), both counted in the time to first
+token, which runs from the start of the request to the first streamed text.
+
 Per step it does as little Python as it can, since every moment it holds the interpreter lock
 is one the UI cannot use and vice versa: it hands the step's text to the buffer, and takes a
 statistics snapshot a few times a second. The UI renders from the buffer at its own pace.
@@ -12,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from localspec import LocalspecError, TreeShape
+from localspec import ContextUse, LocalspecError, TreeShape, context_use, fit_messages
 
 from .reply_buffer import ReplyBuffer
 from .tint import Span
@@ -34,6 +38,8 @@ class ReplyRequest:
     top_k: int
     top_p: float
     seed: int | None
+    overflow: str = "rolling"  # the context overflow policy: "rolling" or "stop"
+    restore: Callable[[], int] | None = None  # loads a reopened conversation's KV state
 
 
 @dataclass
@@ -42,6 +48,8 @@ class ReplyOutcome:
     finish_reason: str
     stopped: bool  # stopped by the user (esc) or by quitting
     error: str | None = None  # why the reply failed
+    dropped_turns: int = 0  # oldest turns the rolling window left out of this prompt
+    use: ContextUse | None = None  # the context after the reply: prompt sent + reply
 
 
 def draft_spans(engine: Engine, ev: Event) -> list[Span]:
@@ -69,13 +77,22 @@ def stream_reply(
     buffer: ReplyBuffer,
     should_stop: Callable[[], bool],
     snapshot: Callable[[], dict[str, Any]],
+    on_dropped: Callable[[int], None] = lambda n: None,
 ) -> ReplyOutcome:
-    """Generate the reply into buffer until it ends or should_stop() says so."""
+    """Generate the reply into buffer until it ends or should_stop() says so. on_dropped
+    hears, before the first token, how many old turns the rolling window left out."""
     reason, stopped = "length", False
     next_snapshot = 0.0
+    t0 = time.monotonic()
+    ttft: float | None = None
+    text: list[str] = []
     try:
+        restored = req.restore() if req.restore is not None else 0
+        fitted = fit_messages(engine, req.messages, max_tokens=req.max_tokens, policy=req.overflow)
+        if fitted.dropped_turns:
+            on_dropped(fitted.dropped_turns)
         events = engine.chat_stream(
-            req.messages,
+            fitted.messages,
             max_tokens=req.max_tokens,
             n_draft=req.k,
             tree=req.tree if req.k != 0 else None,
@@ -87,6 +104,9 @@ def stream_reply(
         )
         try:
             for ev in events:
+                if ttft is None:
+                    ttft = time.monotonic() - t0
+                text.append(ev.text)
                 buffer.put(ev.text, draft_spans(engine, ev))
                 if ev.finish_reason:
                     reason = ev.finish_reason
@@ -95,12 +115,15 @@ def stream_reply(
                     break
                 now = time.monotonic()
                 if now >= next_snapshot:
-                    buffer.publish(snapshot())
+                    buffer.publish(dict(snapshot(), ttft=ttft, restored=restored))
                     next_snapshot = now + SNAPSHOT_PERIOD_S
         finally:
             events.close()  # ends the generator: its statistics are final
+        reply = [{"role": "assistant", "content": "".join(text)}]
+        use = context_use(engine, fitted.messages + reply)
     except LocalspecError as exc:
         return ReplyOutcome({}, "error", False, str(exc))
     except Exception as exc:  # a bug must not take the conversation down with it
         return ReplyOutcome({}, "error", False, f"{type(exc).__name__}: {exc}")
-    return ReplyOutcome(snapshot(), reason, stopped)
+    final = dict(snapshot(), ttft=ttft, restored=restored, dropped_turns=fitted.dropped_turns)
+    return ReplyOutcome(final, reason, stopped, None, fitted.dropped_turns, use)

@@ -19,11 +19,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..context_fit import check_overflow_policy, fit_messages
 from ..engine import Engine
 from .errors import APIError, internal_error
 from .protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    ContextReport,
     ModelCard,
     ModelList,
     error_param,
@@ -69,11 +71,13 @@ class Server:
         max_queue: int,
         max_body: int,
         model_id: str | None,
+        context_overflow: str,
     ) -> None:
         self.engine = engine
         self.worker = Worker(engine, max_queue)
         self.api_key = api_key.encode() if api_key else None
         self.max_body = max_body
+        self.context_overflow = context_overflow
         self.model_id = model_id or os.path.basename(engine.target_path)
         self.created = int(time.time())
 
@@ -182,11 +186,18 @@ class Server:
         req = await self.parse(request, ChatCompletionRequest)
         messages = [m.as_template_message() for m in req.messages]
         kw = req.sampling(default_max_tokens=self.engine.n_ctx)
+        answer = Answer("chat", self.model_id, req.include_usage)
+        policy = self.context_overflow
 
         def start(eng: Engine) -> Any:
-            return eng.chat_stream(messages, **kw)
+            # fitted in the worker: counting tokens is the engine's work, in its turn
+            sent, dropped = messages, 0
+            if policy == "rolling":
+                fitted = fit_messages(eng, messages, max_tokens=kw["max_tokens"], policy=policy)
+                sent, dropped = fitted.messages, fitted.dropped_turns
+            answer.context = ContextReport(context_overflow=policy, dropped_turns=dropped)
+            return eng.chat_stream(sent, **kw)
 
-        answer = Answer("chat", self.model_id, req.include_usage)
         return await self.respond(request, req, start, answer, "messages")
 
     async def completions(self, request: Request) -> Response:
@@ -211,6 +222,7 @@ class Server:
                 "drafter": eng.draft_path,
                 "draft_variant": eng.draft_variant,
                 "n_ctx": eng.n_ctx,
+                "context_overflow": self.context_overflow,
             },
         )
         return JSONResponse(ModelList(data=[card]).model_dump(mode="json"))
@@ -281,16 +293,26 @@ def create_app(
     max_queue: int = DEFAULT_MAX_QUEUE,
     max_body: int = DEFAULT_MAX_BODY,
     model_id: str | None = None,
+    context_overflow: str = "rolling",
 ) -> Starlette:
     """An ASGI app serving ``engine`` (loaded and owned by the caller) with OpenAI's API.
 
     api_key: required as ``Authorization: Bearer KEY`` on /v1 routes when set; max_queue:
     requests that may wait while one generates (more get 503 with Retry-After); max_body:
     the largest request body in bytes; model_id: the served id (default: the target's file
-    name)."""
+    name); context_overflow: "rolling" drops a chat's oldest turns when the conversation and
+    a reserve for the reply would not fit the context, "stop" sends it as it is (see
+    localspec.context_fit)."""
     if max_queue < 0:
         raise ValueError("max_queue must be >= 0")
-    srv = Server(engine, api_key=api_key, max_queue=max_queue, max_body=max_body, model_id=model_id)
+    srv = Server(
+        engine,
+        api_key=api_key,
+        max_queue=max_queue,
+        max_body=max_body,
+        model_id=model_id,
+        context_overflow=check_overflow_policy(context_overflow),
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

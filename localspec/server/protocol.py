@@ -5,8 +5,9 @@ server cannot honour are declared so that a non-default value is refused by name
 silently ignored); null or empty, such fields ask for nothing and are accepted, as OpenAI
 accepts them (clients send its response message back with its unused fields null). What
 validates but cannot be served comes back from ``problem()``. Extensions: ``top_k``,
-``n_draft``, ``tree``, ``draft_source`` in requests (as llama-server takes ``top_k``) and a
-``timings`` object in responses (where llama-server puts its own).
+``n_draft``, ``tree``, ``draft_source`` in requests (as llama-server takes ``top_k``), a
+``timings`` object in responses (where llama-server puts its own) and, in chat responses, a
+``localspec`` object saying what was done to fit the conversation into the context.
 """
 
 from __future__ import annotations
@@ -403,6 +404,13 @@ class Timings(BaseModel):
         )
 
 
+class ContextReport(BaseModel):
+    """How the conversation was fitted into the context (the server's --context-overflow)."""
+
+    context_overflow: str  # "rolling" or "stop"
+    dropped_turns: int  # oldest turns (a user message and the replies after it) left out
+
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -431,6 +439,7 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     timings: Timings
+    localspec: ContextReport | None = None
 
 
 class Delta(BaseModel):
@@ -453,6 +462,7 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
     timings: Timings | None = None
+    localspec: ContextReport | None = None
 
 
 class CompletionChoice(BaseModel):

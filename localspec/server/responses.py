@@ -21,6 +21,7 @@ from .protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     CompletionChoice,
+    ContextReport,
     Delta,
     ErrorResponse,
     TextCompletion,
@@ -40,9 +41,10 @@ def sse(data: dict[str, Any]) -> bytes:
 
 def _chunk_dict(model: BaseModel) -> dict[str, Any]:
     """A chunk as JSON data, leaving out the parts OpenAI leaves out when empty (a delta's
-    unset role or content, usage and timings), keeping finish_reason: null."""
+    unset role or content, usage and timings; and localspec's report), keeping
+    finish_reason: null."""
     d = model.model_dump(mode="json")
-    for key in ("usage", "timings"):
+    for key in ("usage", "timings", "localspec"):
         if d.get(key) is None:
             d.pop(key, None)
     for choice in d["choices"]:
@@ -53,12 +55,15 @@ def _chunk_dict(model: BaseModel) -> dict[str, Any]:
 
 
 class Answer:
-    """Builds the answer to one chat (kind "chat") or raw completion (kind "text") request."""
+    """Builds the answer to one chat (kind "chat") or raw completion (kind "text") request.
+    ``context``: how a chat's conversation was fitted, set by the job as it starts (before
+    anything is answered), reported beside the timings."""
 
     def __init__(self, kind: Literal["chat", "text"], model: str, include_usage: bool) -> None:
         self.kind = kind
         self.model = model
         self.include_usage = include_usage
+        self.context: ContextReport | None = None
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         prefix, suffix = json.dumps(self._piece_dict(), separators=(",", ":")).split(
@@ -82,6 +87,7 @@ class Answer:
                 ],
                 usage=usage,
                 timings=timings,
+                localspec=self.context,
             )
         else:
             body = TextCompletion(
@@ -106,6 +112,7 @@ class Answer:
         timings: Timings | None = None,
         no_choice: bool = False,
     ) -> BaseModel:
+        """A chunk; the one that carries the timings carries the context report too."""
         fr = finish_reason(reason) if reason else None
         if self.kind == "chat":
             choices = [
@@ -120,6 +127,7 @@ class Answer:
                 choices=[] if no_choice else choices,
                 usage=usage,
                 timings=timings,
+                localspec=self.context if timings is not None else None,
             )
         return TextCompletion(
             id=self.id,
@@ -144,7 +152,8 @@ class Answer:
 
     def tail(self, out: Outcome) -> bytes:
         """The finishing events: finish_reason, then usage if asked for; the last chunk
-        carries the timings; then [DONE]. A failure mid-stream becomes an error event."""
+        carries the timings (and a chat's context report); then [DONE]. A failure
+        mid-stream becomes an error event."""
         if out.error is not None:
             return sse(ErrorResponse(error=out.error.body).model_dump()) + DONE
         timings = Timings.of(out.stats)

@@ -23,6 +23,17 @@ COMMANDS = [
     ),
     ("/temp T", "sampling temperature (0 = greedy)"),
     ("/system TEXT", "system prompt for this conversation (empty: none)"),
+    ("/retry", "regenerate the last reply (ctrl+r); the old one stays as a version"),
+    ("/version N", "show version N of the last reply (f2 / f3 step through them)"),
+    (
+        "/edit N",
+        "put user turn N (1 = first) in the prompt; sending it replaces that turn and the "
+        "turns after it leave the conversation (kept in history as a branch)",
+    ),
+    ("/branch N [K]", "show edit K of user turn N (default: the next), with what followed it"),
+    ("/copy [N]", "copy code block N of the last reply (default: the last one; ctrl+g)"),
+    ("/search TEXT", "full-text search of every saved conversation; enter opens a hit"),
+    ("/model PATH|REPO", "load another target (path, org/name, org/name:QUANT) and its drafter"),
     ("/rename TITLE", "rename this conversation"),
     ("/export [FILE]", "write this conversation as Markdown"),
     ("/new", "start a new conversation"),
@@ -57,5 +68,14 @@ class HelpScreen(ModalScreen[None]):
                     legend(self.app.current_theme),
                     "; untinted: the target's own.",
                 ),
+                classes="hint",
+            )
+            yield Static(
+                "The line under the prompt is the context gauge: tokens used / the context "
+                "size, with the system prompt's share and the history's. When the next prompt "
+                "would not fit, the oldest turns leave the window (--context-overflow rolling, "
+                "the default; a note says how many) and the chat goes on; 'stop' ends there "
+                "instead. A reopened conversation restores its saved KV state instead of "
+                "reading its history again (--session-cache-size bounds the disk it takes).",
                 classes="hint",
             )

@@ -43,6 +43,7 @@ class MessageView(Vertical):
     def __init__(self, role: str, text: str = "", *, tint: bool = False) -> None:
         super().__init__(classes=f"message {role}")
         self.role = role
+        self.turn = -1  # the turn it belongs to (0-based; -1: not a turn yet)
         self.segments: list[tuple[str, str]] = [(text, "")] if text else []
         self.tint = tint
         self.footer_text = ""
@@ -58,7 +59,7 @@ class MessageView(Vertical):
     def compose(self) -> ComposeResult:
         self._new = []  # the Markdown widget starts with everything appended so far
         yield Static(self.role, classes="role")
-        yield Markdown(self.text, classes="body-md", parser_factory=_parser)
+        yield Markdown(self.markdown, classes="body-md", parser_factory=_parser)
         yield Vertical(classes="body-tinted")
         yield Static(self.error_text, classes="reply-error")
         yield Static(self.footer_text, classes="reply-footer")
@@ -75,6 +76,14 @@ class MessageView(Vertical):
     @property
     def text(self) -> str:
         return "".join(s for s, _ in self.segments)
+
+    @property
+    def markdown(self) -> str:
+        """What the Markdown view shows: a prompt keeps the lines it was typed in (Markdown
+        would join them), a reply is Markdown as written."""
+        if self.role == "user":
+            return self.text.replace("\n", "  \n")  # a hard line break per newline
+        return self.text
 
     @property
     def tinted(self) -> bool:
@@ -109,7 +118,7 @@ class MessageView(Vertical):
         md = self.query_one(".body-md", Markdown)
         if self._md_reset:
             self._md_reset, self._md_pending = False, ""
-            self._md_busy = md.update(self.text)
+            self._md_busy = md.update(self.markdown)
         elif self._md_pending:
             self._md_busy, self._md_pending = md.append(self._md_pending), ""
 

@@ -73,6 +73,10 @@ class StatsPanel(Static):
             )
         for i, a in enumerate(s.get("acceptance_at", [])[:12]):
             rows.append((f"  pos {i + 1}", f"{bar(a)} {100 * a:3.0f}%"))
+        if s.get("ttft") is not None:
+            rows.append(("1st token", f"{s['ttft']:.2f} s"))
+        if s.get("restored"):
+            rows.append(("reopened", f"{s['restored']} tokens of KV state from disk"))
         if "prompt_tokens" in s:
             rows.append(("prompt", prompt_summary(s)))
             rows.append(("prefill", f"{s.get('t_prefill', 0.0):.2f} s"))

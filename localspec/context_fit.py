@@ -18,7 +18,8 @@ once it is full. Drops happen instead at cut points a quarter of the budget apar
 the conversation's first turn: a drop frees about a quarter of the budget, and the turns after
 it keep the same first turn (and the cache its prefix) until they have filled that room. The cut
 points depend only on the turns themselves, so a client that sends the whole history every time
-(the server's) and one that keeps the fitted history (the chat's) both get a stable prefix.
+(the server's, and the chat's) and one that keeps only the fitted history both get a stable
+prefix.
 """
 
 from __future__ import annotations
@@ -161,8 +162,11 @@ def _turn_weights(engine: Any, turns: list[list[Message]]) -> list[int]:
     """Each turn's size for placing the cut points: its contents' tokens plus what the
     template adds around one more message. Estimates, but fixed by the turn alone, so the cut
     points of a conversation stay where they are as it grows."""
-    empty = {"role": "user", "content": ""}
-    frame = count_tokens(engine, [empty, empty]) - count_tokens(engine, [empty])
+    user, reply = {"role": "user", "content": ""}, {"role": "assistant", "content": ""}
+    try:  # a user-assistant pair: templates that want roles to alternate accept it
+        frame = (count_tokens(engine, [user, reply, user]) - count_tokens(engine, [user])) // 2
+    except LocalspecError:  # weights only place the cut points: contents alone will do
+        frame = 0
     tok = engine.tokenize
     return [
         sum(len(tok(m["content"], add_special=False, parse_special=True)) + frame for m in turn)

@@ -63,9 +63,10 @@ def parse_repo_spec(spec: str) -> RepoSpec | None:
 def resolve_target(spec: str, log: Callable[[str], None] = print, *, progress: bool = True) -> str:
     """A local path for a target given as a path or a repo id (see the module's notes),
     downloading the GGUF and a drafter beside it when they are not cached. A path that
-    exists always wins. progress=False hides the hub's download bars (a full-screen app)."""
-    if os.path.exists(spec):
-        return spec
+    exists always wins (~ is expanded). progress=False hides the hub's download bars (a
+    full-screen app)."""
+    if os.path.exists(os.path.expanduser(spec)):
+        return os.path.expanduser(spec)
     rs = parse_repo_spec(spec)
     if rs is None:
         raise ModelFileError(f"no such file: {spec}")

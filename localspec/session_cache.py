@@ -1,8 +1,8 @@
 """A folder of saved sessions, one per caller's key, bounded in size: the oldest used go first.
 
-The chat app saves a conversation's caches after each reply and restores them when the
-conversation is reopened. A file holds the KV cache of the whole history (about 23 KB per token
-for SmolLM2-135M with its drafter at f16, 29 KB for Qwen2.5-Coder-1.5B: see
+The chat app saves a conversation's caches when it leaves the conversation and restores them
+when the conversation is reopened. A file holds the KV cache of the whole history (about 23 KB
+per token for SmolLM2-135M with its drafter at f16, 29 KB for Qwen2.5-Coder-1.5B: see
 docs/prompt-cache.md), so DEFAULT_MAX_BYTES (2 GiB) keeps some 90,000 tokens of SmolLM2
 conversations, dozens of long chats, while staying small beside the models themselves.
 
@@ -40,6 +40,8 @@ def default_dir() -> str:
 
 class SessionCache:
     """Saved sessions by key (an opaque string: file names are its hash)."""
+
+    DEFAULT_MAX_BYTES = DEFAULT_MAX_BYTES
 
     def __init__(self, directory: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.directory = directory or default_dir()

@@ -233,3 +233,26 @@ def test_fitting_tokenizes_a_few_times_the_conversation_not_once_per_turn(eng) -
     assert f.dropped_turns > 60
     # the whole once, each message once (for the cut points), then a few fitted prompts
     assert counting.tokens < 2.5 * whole, (counting.tokens, whole)
+
+
+class Alternating:
+    """The tiny engine behind a chat template that, like Gemma's or Mistral's, refuses two
+    messages of the same role in a row (a template error, as the engine reports it)."""
+
+    def __init__(self, eng: Any) -> None:
+        self.eng, self.n_ctx, self.tokenize = eng, eng.n_ctx, eng.tokenize
+
+    def format_chat(self, messages: list[dict[str, str]]) -> tuple[str, list[str]]:
+        roles = [m["role"] for m in messages if m["role"] != "system"]
+        if any(a == b for a, b in zip(roles, roles[1:], strict=False)):
+            raise localspec.LocalspecError("the chat template failed: roles must alternate")
+        return self.eng.format_chat(messages)
+
+
+def test_strict_templates_get_their_turns_dropped_too(eng) -> None:
+    strict = Alternating(eng)
+    msgs = conversation(30)
+    f = fit_messages(strict, msgs, max_tokens=64)
+    assert f.dropped_turns > 0 and f.use.used <= N_CTX - 64
+    assert f.messages[0] == SYSTEM and f.messages[1]["role"] == "user"
+    assert f.messages == fit_messages(eng, msgs, max_tokens=64).messages

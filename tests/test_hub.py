@@ -241,3 +241,9 @@ def test_online_failures_fall_back_to_the_cache_or_say_why(online, monkeypatch) 
     assert logged[0] == (
         "cannot list org/name on the Hugging Face hub (no route to host): using its cached files"
     )
+
+
+def test_a_home_relative_path_is_expanded(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "t.gguf").write_bytes(b"GGUF")
+    assert resolve_target("~/t.gguf") == str(tmp_path / "t.gguf")

@@ -59,6 +59,14 @@ async def say(pilot, text: str) -> None:
             break
 
 
+async def open_latest(pilot) -> None:
+    """Open the most recent saved conversation from the list (ctrl+o, enter)."""
+    await pilot.press("ctrl+o")
+    await pilot.pause()
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 async def start_long_reply(pilot) -> None:
     """Send a prompt and return once the reply has shown some text."""
     pilot.app.chat.query_one("#prompt").value = "go"
@@ -399,10 +407,7 @@ async def test_reopen_conversation_in_a_fresh_app(agree, tmp_path) -> None:
     app2 = make_app(agree, tmp_path)
     async with app2.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("ctrl+o")
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
+        await open_latest(pilot)
         views = list(app2.chat.query(MessageView))
         assert [v.role for v in views] == ["user", "assistant"]
         assert views[0].text == "first question"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from test_tui import SIZE, make_app, notes, ready, rendered, replies, say
+from test_tui import SIZE, make_app, notes, open_latest, ready, rendered, replies, say
 from textual.widgets import Markdown, OptionList
 
 from localspec.context_fit import count_tokens
@@ -160,10 +160,7 @@ async def test_copy_code_blocks_falls_back_to_a_file(agree, tmp_path, monkeypatc
     app = make_app(agree, tmp_path, store=store)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("ctrl+o")
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
+        await open_latest(pilot)
         await command(pilot, "/copy 1")
         assert app.clipboard == "print('one')\n"
         saved = tmp_path / "localspec-clipboard.txt"
@@ -267,10 +264,7 @@ async def test_reopening_restores_the_kv_state(agree, tmp_path) -> None:
     app2 = make_app(agree, tmp_path)
     async with app2.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("ctrl+o")
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
+        await open_latest(pilot)
         await say(pilot, "third")
         snap = app2.session.turns[-1].stats
         assert snap["restored"] > 0 and snap["cached_tokens"] >= snap["restored"] - 1
@@ -306,3 +300,67 @@ async def test_model_switch_and_a_failed_one(agree, models, tmp_path) -> None:
         await say(pilot, "after")  # the conversation goes on with the new model
         assert [t.prompt for t in app.session.turns] == ["before", "after"]
         assert not replies(app)[-1].error_text
+
+
+async def test_an_edit_ends_when_its_turn_leaves_the_screen(agree, tmp_path) -> None:
+    """/edit, then another branch shown: the edit ends, and a prompt sent after it is a new
+    turn; the reply is kept either way."""
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        for text in ("one", "two", "three"):
+            await say(pilot, text)
+        await command(pilot, "/edit 1")
+        await say(pilot, "uno")
+        await command(pilot, "/branch 1 1")  # the old branch: three turns again
+        await command(pilot, "/edit 3")
+        assert app.editing == 2
+        await command(pilot, "/branch 1 2")  # one turn: turn 3 is gone
+        assert app.editing is None and app.chat.prompt.value == ""
+        await say(pilot, "dos")
+        assert [t.prompt for t in app.session.turns] == ["uno", "dos"]
+        assert not app.generating and replies(app)[-1].text == REPLY
+
+
+async def test_a_conversation_opened_and_left_keeps_its_saved_state(agree, tmp_path) -> None:
+    """Opening a conversation only to read it must not save another conversation's caches
+    under its name: the next reopening still restores its own state."""
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "first " * 20)
+        await say(pilot, "second " * 20)
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "another conversation")  # the caches now hold this one
+        await pilot.press("ctrl+o")  # newest first: the older conversation is second
+        await pilot.pause()
+        await pilot.press("down", "enter")  # the older one, read and left
+        await pilot.pause()
+        assert app.session.turns[0].prompt.startswith("first")
+    app = make_app(agree, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.session.turns[0].prompt.startswith("first")
+        await say(pilot, "third")
+        snap = app.session.turns[-1].stats
+        assert snap["restored"] > 0 and snap["cached_tokens"] > 0.85 * snap["prompt_tokens"]
+
+
+async def test_after_a_failed_load_model_loads_one(agree, models, tmp_path) -> None:
+    app = make_app(agree, tmp_path, target=str(tmp_path / "missing.gguf"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert app.engine is None and not app.chat.prompt.disabled
+        await say(pilot, "hello")  # no model: refused, given back
+        assert app.chat.prompt.value == "hello" and not app.session.turns
+        app.chat.prompt.value = ""
+        await command(pilot, f"/model {models['target']}")
+        assert app.engine is not None and app.engine.target_path == models["target"]
+        await say(pilot, "hello")
+        assert len(app.session.turns) == 1

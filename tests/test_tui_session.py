@@ -3,26 +3,11 @@ browses them, and nothing the user saw is lost while the store refuses writes.""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
+from test_tui_store import locked
 
 from localspec.tui.session import ChatSession
 from localspec.tui.store import ChatStore, HistoryError, Turn
-
-
-@contextmanager
-def locked(path: str) -> Iterator[None]:
-    """Another connection holds the write lock meanwhile."""
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
 
 
 def texts(session: ChatSession) -> list[str]:

@@ -129,6 +129,7 @@ class LocalspecApp(App[None]):
         self._gate = ThreadGate()  # the engine is closed only once no worker is inside
         self._loaded: Engine | None = None  # loaded, even if its message never arrives
         self._restore: int | None = None  # a reopened conversation whose KV state is on disk
+        self._cached: int | None = None  # the conversation whose history the caches hold
         self._reply: MessageView | None = None
         self._plan: ReplyPlan | None = None  # the reply in progress
         self._replaced: list[Widget] = []  # views a retry or an edit hides until it is kept
@@ -180,7 +181,9 @@ class LocalspecApp(App[None]):
             self.load_error = msg.error or "no engine"
             self.chat.set_status("no model loaded")
             self.notify(self.load_error, title="Model load failed", severity="error", timeout=30)
-            prompt.placeholder = "no model loaded (see the error); ctrl+o still opens history"
+            prompt.placeholder = "no model loaded: /model PATH|REPO loads one; ctrl+o opens history"
+            prompt.disabled = False
+            prompt.focus()
             return
         self._use_engine(msg.engine)
         prompt.disabled = False
@@ -222,12 +225,17 @@ class LocalspecApp(App[None]):
 
     @work(thread=True, exclusive=True, group="load")
     def _load_other(self, spec: str) -> None:
-        if not self._gate.enter():
-            return
         opts = dataclasses.replace(self.options, target=spec, draft=None)
         try:
-            # no progress bars: they would draw over the app
+            # no progress bars: they would draw over the app. Outside the gate: quitting
+            # does not wait for a download
             opts.target = resolve_target(spec, log=lambda line: None, progress=False)
+        except LocalspecError as exc:
+            self.post_message(ModelSwitched(None, opts, str(exc)))
+            return
+        if not self._gate.enter():
+            return
+        try:
             engine = self.engine_factory(opts)
         except LocalspecError as exc:
             self.post_message(ModelSwitched(None, opts, str(exc)))
@@ -239,7 +247,7 @@ class LocalspecApp(App[None]):
 
     def on_model_switched(self, msg: ModelSwitched) -> None:
         self.switching = False
-        self.chat.prompt.disabled = self.engine is None and msg.engine is None
+        self.chat.prompt.disabled = False  # commands work without a model (/model, /search)
         if msg.engine is None:
             self.notify(
                 f"{msg.error}. The current model stays.",
@@ -249,7 +257,7 @@ class LocalspecApp(App[None]):
             )
             if self.engine is not None:
                 self._use_engine(self.engine)  # its status line again
-                self.chat.prompt.focus()
+            self.chat.prompt.focus()
             return
         old = self.engine
         if old is not None:
@@ -258,7 +266,7 @@ class LocalspecApp(App[None]):
         self.options = msg.options
         self.load_error = None
         self.last_plain_tps = None  # "vs plain" compares replies of the same model
-        self._restore = None
+        self._restore = self._cached = None
         self._use_engine(msg.engine)
         self.chat.prompt.disabled = False
         self.chat.prompt.focus()
@@ -267,27 +275,39 @@ class LocalspecApp(App[None]):
     # --- prompts and commands ----------------------------------------------------------------
 
     def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
-        text = event.value.strip()
-        if not text:
+        # leading spaces stay: a pasted block of code keeps its first line's indent
+        text = event.value.rstrip().lstrip("\n")
+        if not text.strip():
             return
-        if text.startswith("/") and "\n" not in text:
-            self.run_command(text)
+        if text.strip().startswith("/") and "\n" not in text:
+            self.run_command(text.strip())
             return
         if self.generating or self.engine is None or self.switching:
             event.area.restore(event.value)  # kept for when the reply or the load is done
-            self.notify("a reply or a model load is in progress (esc stops a reply)",
-                        severity="warning")  # fmt: skip
+            why = (
+                "no model loaded: /model PATH|REPO loads one"
+                if self.engine is None and not self.switching
+                else "a reply or a model load is in progress (esc stops a reply)"
+            )
+            self.notify(why, severity="warning")
             return
         self.send(text)
 
     def send(self, text: str) -> None:
         """Start a reply. The prompt joins the history (and the store) only with its reply."""
-        if self.editing is not None:
-            index, self.editing = self.editing, None
-            self.chat.prompt.border_title = None
+        index = self.editing
+        self.end_edit()
+        if index is not None and index < len(self.session.turns):
             self.start_reply(ReplyPlan("edit", text, index))
-        else:
-            self.start_reply(ReplyPlan("new", text, len(self.session.turns)))
+            return
+        if index is not None:  # the turn went (another branch is shown): nothing to replace
+            self.notify("the edited turn is no longer shown: sent as a new turn")
+        self.start_reply(ReplyPlan("new", text, len(self.session.turns)))
+
+    def end_edit(self) -> None:
+        """No turn is being edited any more (sent, cancelled, or the conversation changed)."""
+        self.editing = None
+        self.chat.prompt.border_title = None
 
     def retry(self) -> None:
         """Regenerate the last reply: the old one stays as a version (f2/f3 browse them)."""
@@ -368,6 +388,7 @@ class LocalspecApp(App[None]):
         """A deleted conversation: its saved KV state goes too."""
         self.states.drop(conversation_id)
         if conversation_id == self.session.conversation_id:
+            self.end_edit()
             self.session.reset()
             self.chat.clear_messages()
             self.show_gauge()
@@ -486,14 +507,19 @@ class LocalspecApp(App[None]):
         self.generating = False
 
     def _keep(self, plan: ReplyPlan | None, text: str, s: dict[str, Any]) -> HistoryError | None:
-        """Record a finished (or stopped) reply as its plan says."""
+        """Record a finished (or stopped) reply as its plan says; a reply is never dropped:
+        when what it would replace is gone, it becomes a new turn."""
         if plan is None:
             return None
-        if plan.kind == "retry":
-            return self.session.add_version(text, s)
-        if plan.kind == "edit":
-            return self.session.replace_turn(plan.index, Turn(plan.prompt, text, s))
-        return self.session.add_turn(Turn(plan.prompt, text, s))
+        turn = Turn(plan.prompt, text, s)
+        try:
+            if plan.kind == "retry":
+                return self.session.add_version(text, s)
+            if plan.kind == "edit":
+                return self.session.replace_turn(plan.index, turn)
+        except HistoryError as exc:
+            self.notify(f"{exc}: the reply is kept as a new turn", severity="warning")
+        return self.session.add_turn(turn)
 
     def _reply_done(self, plan: ReplyPlan | None, reply: MessageView | None,
                     out: ReplyOutcome) -> None:  # fmt: skip
@@ -509,17 +535,17 @@ class LocalspecApp(App[None]):
             )
             self.notify(f"the context window is full: {hint}", severity="warning")
         self._report_unsaved(self._keep(plan, text, s))
+        self._cached = self.session.conversation_id  # the caches hold this conversation now
+        self.outside = out.dropped_turns
         for view in self._replaced:
             view.remove()
         self._replaced = []
         if plan is not None:
-            self.chat.set_footers(self.session.turns, plan.index)
+            for i in (plan.index - 1, plan.index):  # the turn before is no longer the last
+                self.chat.set_footers(self.session.turns, i)
         elif reply is not None:
             reply.set_footer(reply_footer(s))
-        self.outside = out.dropped_turns
-        if out.use is not None:
-            self.chat.gauge.show(out.use.used, out.use.n_ctx, out.use.system,
-                                 outside=self.outside)  # fmt: skip
+        self.show_gauge()
         self.chat.query_one(StatsPanel).show(s)
         if s["generated"]:
             self.chat.query_one(HistoryChart).add(s["tau"], s["tokens_per_s"])
@@ -533,9 +559,11 @@ class LocalspecApp(App[None]):
             for view in self._replaced:
                 view.display = True
             self._replaced = []
+            self._cached = None  # a failed step empties the caches
             self.notify(f"{error}. Nothing was replaced.", title=f"{plan.kind.title()} failed",
                         severity="error", timeout=15)  # fmt: skip
             return
+        self._cached = None  # a failed step empties the caches
         if reply is not None:
             reply.show_error(f"generation failed: {error}")
             reply.set_footer("not kept: the next prompt continues from the turn before")
@@ -594,8 +622,11 @@ class LocalspecApp(App[None]):
     def _save_state(self, engine: Engine | None = None) -> None:
         """Keep the current conversation's KV state on disk for when it reopens."""
         engine = engine or self.engine
-        if engine is not None and self.session.conversation_id is not None:
-            why = self.states.save(engine, self.session.conversation_id)
+        cid = self.session.conversation_id
+        # only what the caches hold: a conversation opened but not replied to yet still has
+        # its saved state on disk, and the caches another conversation's history
+        if engine is not None and cid is not None and self._cached == cid and not self._restore:
+            why = self.states.save(engine, cid)
             if why:  # the conversation is safe; only its next reopening will be slower
                 self.exit_notes.append(why)
                 self.notify(why, severity="warning")
@@ -609,8 +640,8 @@ class LocalspecApp(App[None]):
             n = len(self.session.unsaved)
             self.notify(f"{n} unsaved turn{'s' if n > 1 else ''} left behind", severity="warning")
         self._save_state()
-        self.editing, self.outside, self._restore = None, 0, None
-        self.chat.prompt.border_title = None
+        self.outside, self._restore = 0, None
+        self.end_edit()
         return True
 
     def action_new_conversation(self) -> None:
@@ -685,11 +716,14 @@ class LocalspecApp(App[None]):
         try:
             fitted = fit_messages(eng, messages, max_tokens=self.options.max_tokens,
                                   policy=self.options.context_overflow)  # fmt: skip
-        except LocalspecError:  # not even the last turn fits: count it all
-            use, self.outside = context_use(eng, messages), 0
-        else:
-            use, self.outside = fitted.use, fitted.dropped_turns
-        self.chat.gauge.show(use.used, use.n_ctx, use.system, outside=self.outside)
+            use, outside = fitted.use, fitted.dropped_turns
+        except LocalspecError:
+            try:  # not even the last turn fits: count it all
+                use, outside = context_use(eng, messages), 0
+            except LocalspecError:  # a template that cannot format this yet (no user turn)
+                self.chat.gauge.show(0, eng.n_ctx, 0)
+                return
+        self.chat.gauge.show(use.used, use.n_ctx, use.system, outside=outside)
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -704,6 +738,7 @@ class LocalspecApp(App[None]):
                     self._reply.append(text, spans)
             s = dict(out.snapshot, stopped=True, finish_reason=out.finish_reason)
             self._keep(self._plan, self._reply.text, s)
+            self._cached = self.session.conversation_id
         exc = self.session.save()
         if exc is not None:
             n = len(self.session.unsaved)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from localspec import TreeShape
+from localspec import SessionCache, TreeShape
 
 if TYPE_CHECKING:  # the engine module loads libllama: imported only where it is used
     from localspec import Engine
 
-SESSION_CACHE_BYTES = 2 << 30  # disk for conversations' saved KV states (oldest evicted)
+# disk for conversations' saved KV states (least recently used evicted)
+SESSION_CACHE_BYTES = SessionCache.DEFAULT_MAX_BYTES
 
 
 @dataclass

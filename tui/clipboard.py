@@ -8,8 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
+
+from .store import data_dir
 
 TIMEOUT_S = 2.0
 
@@ -36,8 +37,15 @@ def system_copy(text: str) -> bool:
         if shutil.which(cmd[0]) is None:
             continue
         try:
+            # no pipes on its output: xclip and wl-copy leave a child holding them open, and
+            # reading them would wait for that child (the whole timeout) after a good copy
             done = subprocess.run(
-                cmd, input=text.encode(), timeout=TIMEOUT_S, capture_output=True, check=False
+                cmd,
+                input=text.encode(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=TIMEOUT_S,
+                check=False,
             )
         except (OSError, subprocess.SubprocessError):
             continue
@@ -47,8 +55,8 @@ def system_copy(text: str) -> bool:
 
 
 def fallback_path() -> str:
-    base = os.environ.get("LOCALSPEC_DATA_DIR") or tempfile.gettempdir()
-    return os.path.join(base, "localspec-clipboard.txt")
+    """In the user's own data folder (the chat history's), not a shared temp folder."""
+    return os.path.join(data_dir(), "localspec-clipboard.txt")
 
 
 def copy_text(text: str, terminal_copy: Callable[[str], None], what: str) -> str:
@@ -58,6 +66,7 @@ def copy_text(text: str, terminal_copy: Callable[[str], None], what: str) -> str
     terminal_copy(text)  # reaches the clipboard over SSH in terminals that allow it
     path = fallback_path()
     try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:

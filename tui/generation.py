@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from localspec import ContextUse, LocalspecError, TreeShape, context_use, fit_messages
+from localspec import LocalspecError, TreeShape, fit_messages
 
 from .reply_buffer import ReplyBuffer
 from .tint import Span
@@ -49,7 +49,6 @@ class ReplyOutcome:
     stopped: bool  # stopped by the user (esc) or by quitting
     error: str | None = None  # why the reply failed
     dropped_turns: int = 0  # oldest turns the rolling window left out of this prompt
-    use: ContextUse | None = None  # the context after the reply: prompt sent + reply
 
 
 def draft_spans(engine: Engine, ev: Event) -> list[Span]:
@@ -85,7 +84,6 @@ def stream_reply(
     next_snapshot = 0.0
     t0 = time.monotonic()
     ttft: float | None = None
-    text: list[str] = []
     try:
         restored = req.restore() if req.restore is not None else 0
         fitted = fit_messages(engine, req.messages, max_tokens=req.max_tokens, policy=req.overflow)
@@ -106,7 +104,6 @@ def stream_reply(
             for ev in events:
                 if ttft is None:
                     ttft = time.monotonic() - t0
-                text.append(ev.text)
                 buffer.put(ev.text, draft_spans(engine, ev))
                 if ev.finish_reason:
                     reason = ev.finish_reason
@@ -119,11 +116,9 @@ def stream_reply(
                     next_snapshot = now + SNAPSHOT_PERIOD_S
         finally:
             events.close()  # ends the generator: its statistics are final
-        reply = [{"role": "assistant", "content": "".join(text)}]
-        use = context_use(engine, fitted.messages + reply)
     except LocalspecError as exc:
         return ReplyOutcome({}, "error", False, str(exc))
     except Exception as exc:  # a bug must not take the conversation down with it
         return ReplyOutcome({}, "error", False, f"{type(exc).__name__}: {exc}")
     final = dict(snapshot(), ttft=ttft, restored=restored, dropped_turns=fitted.dropped_turns)
-    return ReplyOutcome(final, reason, stopped, None, fitted.dropped_turns, use)
+    return ReplyOutcome(final, reason, stopped, None, fitted.dropped_turns)

@@ -182,7 +182,7 @@ class ChatSession:
         self.conversation_id = self.store.add_turns(
             self.conversation_id,
             [t],
-            title=t.prompt[:60],  # used only if the conversation is new
+            title=t.prompt.strip().split("\n")[0][:60],  # used only if the conversation is new
             target=self.target,
             draft=self.draft,
             system=self.system,

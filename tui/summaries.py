@@ -22,9 +22,10 @@ def prompt_footer(turn: Turn) -> str:
     return f"edit {turn.prompt_version}/{turn.prompt_versions}"
 
 
-def reply_footer(s: dict[str, Any], turn: Turn | None = None) -> str:
+def reply_footer(s: dict[str, Any], turn: Turn | None = None, *, last: bool = False) -> str:
     """One line under a reply; also rebuilt from the stats saved with a reopened reply. turn:
-    the reply's versions (retries), shown when there are several."""
+    the reply's versions (retries), shown when there are several (last: the keys that step
+    through them, which act on the last reply)."""
     parts = [
         f"{s.get('generated', 0)} tokens",
         f"{s.get('tokens_per_s', 0.0):.1f} tok/s",
@@ -43,5 +44,6 @@ def reply_footer(s: dict[str, Any], turn: Turn | None = None) -> str:
     elif s.get("finish_reason") == "context_full":
         parts.append("context full")
     if turn is not None and turn.reply_versions > 1:
-        parts.append(f"version {turn.reply_version}/{turn.reply_versions} (f2/f3)")
+        keys = " (f2/f3)" if last else ""
+        parts.append(f"version {turn.reply_version}/{turn.reply_versions}{keys}")
     return " · ".join(p for p in parts if p)

@@ -34,9 +34,8 @@ def edit(app: LocalspecApp, n: int) -> None:
 
 
 def cancel_edit(app: LocalspecApp) -> None:
-    app.editing = None
+    app.end_edit()
     app.chat.prompt.value = ""
-    app.chat.prompt.border_title = None
     app.notify("edit cancelled")
 
 
@@ -54,6 +53,9 @@ def switch_version(app: LocalspecApp, index: int, version: int, *, prompt: bool 
     except HistoryError as exc:
         app.notify(str(exc), title="Versions", severity="warning")
         return
+    if app.editing is not None:  # the turn being edited may be gone: the edit ends here
+        app.end_edit()
+        app.chat.prompt.value = ""
     app.chat.show_turns(app.session.turns, start=index)
     what = (
         f"turn {index + 1}: prompt {turn.prompt_version}/{turn.prompt_versions}"

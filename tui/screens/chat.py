@@ -109,7 +109,7 @@ class ChatScreen(Screen[None]):
             if view.role == "user":
                 view.set_footer(prompt_footer(t))
             else:
-                view.set_footer(reply_footer(t.stats or {}, t))
+                view.set_footer(reply_footer(t.stats or {}, t, last=index == len(turns) - 1))
 
     def reveal(self, index: int) -> None:
         """Scroll so that turn index starts at the top, and mark it (a search hit)."""

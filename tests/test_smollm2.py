@@ -9,6 +9,7 @@ import pytest
 import localspec
 from localspec import discovery
 from localspec.lowlevel import parts
+from localspec.specstate import RESTART_AFTER
 
 import tinymodels as tm
 from greedy import QUANT_MARGIN, assert_greedy_lossless, replay_plain_greedy
@@ -117,6 +118,7 @@ def test_a_multi_turn_chat_reuses_the_cache_and_stays_plain_greedy() -> None:
     msgs: list[dict[str, str]] = []
     kw = {"parse_special": True, "add_special": False}
     turns = ["Name three rivers.", "Which is the longest?", "Where does it start?", "Thanks!"]
+    held = 0  # positions the warm engine's cache holds after a turn
     with (
         localspec.load(n_threads=2, n_ctx=2048) as warm,
         localspec.load(n_threads=2, n_ctx=2048) as cold,
@@ -126,7 +128,11 @@ def test_a_multi_turn_chat_reuses_the_cache_and_stays_plain_greedy() -> None:
             prompt, _ = warm.format_chat(msgs)
             got = warm.complete(prompt, max_tokens=60, **kw)
             if i:
-                assert got.stats.cached_tokens > 0.8 * got.stats.prompt_tokens
+                # the history is reused, less at most RESTART_AFTER positions the target decodes
+                # again for a drafter that auto left dormant over the last reply (how many
+                # depends on this machine's timings: auto's choices follow its clock)
+                assert got.stats.cached_tokens >= held - RESTART_AFTER, (held, got.stats)
+            held = got.stats.prompt_tokens + len(got.tokens) - 1  # what the cache holds
             cold.reset()
             want = cold.complete(prompt, max_tokens=60, **kw)
             # the replay runs on the other engine: replaying empties an engine's cache

@@ -223,7 +223,9 @@ async def test_multiline_prompt_keeps_its_lines(agree, tmp_path) -> None:
         await say(pilot, "")
         assert app.session.turns[-1].prompt == "ab\nc\nline two\nline three"
         assert users(app)[-1].text == "ab\nc\nline two\nline three"
-        (para,) = users(app)[-1].query_one(Markdown).query("MarkdownParagraph")
+        await say(pilot, "    indented()\n    code()\n")  # a pasted block keeps its indent
+        assert app.session.turns[-1].prompt == "    indented()\n    code()"
+        (para,) = users(app)[-2].query_one(Markdown).query("MarkdownParagraph")
         shown_lines = rendered(para)
         assert [ln.strip() for ln in shown_lines if ln.strip()] == ["ab", "c", "line two",
                                                                      "line three"]  # fmt: skip
@@ -303,8 +305,8 @@ async def test_model_switch_and_a_failed_one(agree, models, tmp_path) -> None:
 
 
 async def test_an_edit_ends_when_its_turn_leaves_the_screen(agree, tmp_path) -> None:
-    """/edit, then another branch shown: the edit ends, and a prompt sent after it is a new
-    turn; the reply is kept either way."""
+    """/edit, then another branch shown without that turn: the edit ends and what is sent next
+    is a new turn; an edit of an earlier turn survives f2."""
     app = make_app(agree, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
@@ -316,10 +318,16 @@ async def test_an_edit_ends_when_its_turn_leaves_the_screen(agree, tmp_path) -> 
         await command(pilot, "/edit 3")
         assert app.editing == 2
         await command(pilot, "/branch 1 2")  # one turn: turn 3 is gone
-        assert app.editing is None and app.chat.prompt.value == ""
+        assert app.editing is None
         await say(pilot, "dos")
         assert [t.prompt for t in app.session.turns] == ["uno", "dos"]
         assert not app.generating and replies(app)[-1].text == REPLY
+        await pilot.press("ctrl+r")
+        await say(pilot, "")
+        await command(pilot, "/edit 1")
+        await pilot.press("f2")  # another version of the last reply: turn 1 stays
+        await pilot.pause()
+        assert app.editing == 0 and app.chat.prompt.value == "uno"
 
 
 async def test_a_conversation_opened_and_left_keeps_its_saved_state(agree, tmp_path) -> None:

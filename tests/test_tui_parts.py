@@ -132,3 +132,25 @@ def test_panel_has_a_row_per_draft_source_in_its_tint() -> None:
     plain = Console(width=42, record=True)
     plain.print(StatsPanel.render_stats({"drafted": 0, "sources": {}}))
     assert not any(x.startswith(("eagle ", "ngram ")) for x in plain.export_text().splitlines())
+
+
+def test_a_clipboard_tool_that_leaves_a_child_behind_is_a_copy(tmp_path, monkeypatch) -> None:
+    """xclip and wl-copy fork a child that keeps their output open: the copy is done when the
+    tool exits, and waiting for its output would end in a timeout and a false fallback."""
+    from localspec.tui.clipboard import copy_text
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "xclip"
+    tool.write_text('#!/bin/sh\ncat > "$CLIP_OUT"\n( sleep 5 ) &\nexit 0\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("CLIP_OUT", str(tmp_path / "clip.txt"))
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
+    sent: list[str] = []
+    said = copy_text("print(1)\n", sent.append, "code block 1 of 1")
+    assert said == "code block 1 of 1 copied to the clipboard"
+    assert (tmp_path / "clip.txt").read_text() == "print(1)\n"
+    assert not sent and not (tmp_path / "data").exists()  # no fallback was needed

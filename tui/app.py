@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,14 @@ from textual.worker import get_current_worker
 from localspec import LocalspecError, TreeShape, context_use, fit_messages, resolve_target
 
 from . import turn_actions
-from .app_messages import EngineReady, ModelSwitched, ReplyEnded, ReplyPlan, TurnsDropped
+from .app_messages import (
+    EngineReady,
+    ModelSwitched,
+    ReplyEnded,
+    ReplyPlan,
+    TargetResolved,
+    TurnsDropped,
+)
 from .chat_options import ChatOptions, default_engine_factory
 from .commands import run_command
 from .frame_budget import FrameBudget
@@ -221,18 +229,26 @@ class LocalspecApp(App[None]):
         self.switching = True
         self.chat.prompt.disabled = True
         self.chat.set_status(f"loading {spec}...")
-        self._load_other(spec)
-
-    @work(thread=True, exclusive=True, group="load")
-    def _load_other(self, spec: str) -> None:
         opts = dataclasses.replace(self.options, target=spec, draft=None)
-        try:
-            # no progress bars: they would draw over the app. Outside the gate: quitting
-            # does not wait for a download
-            opts.target = resolve_target(spec, log=lambda line: None, progress=False)
+        # a daemon thread, not a worker: the app waits for its workers when it quits, and a
+        # repo id may mean minutes of download
+        threading.Thread(target=self._resolve, args=(opts,), daemon=True).start()
+
+    def _resolve(self, opts: ChatOptions) -> None:
+        """The target's local path (downloaded when a repo id is not cached), then the load."""
+        assert opts.target is not None
+        try:  # no progress bars: they would draw over the app
+            opts.target = resolve_target(opts.target, log=lambda line: None, progress=False)
         except LocalspecError as exc:
             self.post_message(ModelSwitched(None, opts, str(exc)))
             return
+        self.post_message(TargetResolved(opts))
+
+    def on_target_resolved(self, msg: TargetResolved) -> None:
+        self._load_other(msg.options)
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load_other(self, opts: ChatOptions) -> None:
         if not self._gate.enter():
             return
         try:
@@ -257,6 +273,8 @@ class LocalspecApp(App[None]):
             )
             if self.engine is not None:
                 self._use_engine(self.engine)  # its status line again
+            else:
+                self.chat.set_status("no model loaded")
             self.chat.prompt.focus()
             return
         old = self.engine
@@ -266,7 +284,9 @@ class LocalspecApp(App[None]):
         self.options = msg.options
         self.load_error = None
         self.last_plain_tps = None  # "vs plain" compares replies of the same model
-        self._restore = self._cached = None
+        # the new engine's caches are empty; a reopened conversation's pending restore stays
+        # (the saved state is checked against the model files, and a miss is harmless)
+        self._cached, self.outside = None, 0
         self._use_engine(msg.engine)
         self.chat.prompt.disabled = False
         self.chat.prompt.focus()
@@ -388,7 +408,7 @@ class LocalspecApp(App[None]):
         """A deleted conversation: its saved KV state goes too."""
         self.states.drop(conversation_id)
         if conversation_id == self.session.conversation_id:
-            self.end_edit()
+            self._conversation_changed()
             self.session.reset()
             self.chat.clear_messages()
             self.show_gauge()
@@ -519,6 +539,12 @@ class LocalspecApp(App[None]):
                 return self.session.replace_turn(plan.index, turn)
         except HistoryError as exc:
             self.notify(f"{exc}: the reply is kept as a new turn", severity="warning")
+            for view in self._replaced:  # they still show turns of the conversation
+                view.display = True
+            self._replaced = []
+            error = self.session.add_turn(turn)
+            self.chat.show_turns(self.session.turns)
+            return error
         return self.session.add_turn(turn)
 
     def _reply_done(self, plan: ReplyPlan | None, reply: MessageView | None,
@@ -640,9 +666,13 @@ class LocalspecApp(App[None]):
             n = len(self.session.unsaved)
             self.notify(f"{n} unsaved turn{'s' if n > 1 else ''} left behind", severity="warning")
         self._save_state()
+        self._conversation_changed()
+        return True
+
+    def _conversation_changed(self) -> None:
+        """What belonged to the conversation shown: its edit, its window, its restore."""
         self.outside, self._restore = 0, None
         self.end_edit()
-        return True
 
     def action_new_conversation(self) -> None:
         if not self._leave_conversation():
@@ -670,7 +700,8 @@ class LocalspecApp(App[None]):
             self.notify(str(exc), title="Chat history", severity="error", timeout=15)
             return
         self.chat.show_turns(turns)
-        self._restore = req.conversation_id  # its KV state is restored before the next reply
+        # its KV state is restored before the next reply, unless the caches hold it already
+        self._restore = None if self._cached == req.conversation_id else req.conversation_id
         if at is not None:
             self.chat.reveal(at)
         self.notify(f"opened: {title}")

@@ -34,6 +34,14 @@ class TurnsDropped(Message):
         self.n = n
 
 
+class TargetResolved(Message):
+    """/model: the target is a local file now (downloaded if it was a repo id)."""
+
+    def __init__(self, options: ChatOptions) -> None:
+        super().__init__()
+        self.options = options
+
+
 class ModelSwitched(Message):
     def __init__(self, engine: Engine | None, options: ChatOptions, error: str | None) -> None:
         super().__init__()

@@ -53,9 +53,10 @@ def switch_version(app: LocalspecApp, index: int, version: int, *, prompt: bool 
     except HistoryError as exc:
         app.notify(str(exc), title="Versions", severity="warning")
         return
-    if app.editing is not None:  # the turn being edited may be gone: the edit ends here
+    # an edit of a turn this switch replaces ends (the text typed stays in the prompt);
+    # one of an earlier turn goes on
+    if app.editing is not None and (app.editing >= index if prompt else app.editing > index):
         app.end_edit()
-        app.chat.prompt.value = ""
     app.chat.show_turns(app.session.turns, start=index)
     what = (
         f"turn {index + 1}: prompt {turn.prompt_version}/{turn.prompt_versions}"

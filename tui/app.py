@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.message import Message
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import LoadingIndicator
@@ -114,9 +113,7 @@ class LocalspecApp(App[None]):
         self.options = options
         self.engine_factory = engine_factory
         self.store = store or ChatStore()
-        self.states = SavedStates(
-            self.store.filename, options.session_cache_bytes, options.session_cache_dir
-        )
+        self.states = SavedStates(self.store.filename, options.session_cache_bytes)
         self.engine: Engine | None = None
         self.k: int | str = options.n_draft  # "auto" or a fixed chain length
         self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
@@ -428,15 +425,12 @@ class LocalspecApp(App[None]):
                 buffer,
                 lambda: self._stop or worker.is_cancelled or self._gate.closed,
                 lambda: self._snapshot(request.k, request.draft_source),
-                lambda n: self._post(TurnsDropped(n)),
+                lambda n: self.post_message(TurnsDropped(n)),
             )
             self._outcome = outcome  # read by on_unmount when quitting mid-reply
             self.post_message(ReplyEnded(outcome))
         finally:
             self._gate.leave()
-
-    def _post(self, msg: Message) -> None:
-        self.post_message(msg)
 
     def _mode(self, k: int | str) -> str:
         if k == 0:
@@ -562,7 +556,7 @@ class LocalspecApp(App[None]):
             self.notify(f"the context window is full: {hint}", severity="warning")
         self._report_unsaved(self._keep(plan, text, s))
         self._cached = self.session.conversation_id  # the caches hold this conversation now
-        self.outside = out.dropped_turns
+        self.outside = s.get("dropped_turns", 0)
         for view in self._replaced:
             view.remove()
         self._replaced = []

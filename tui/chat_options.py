@@ -32,7 +32,6 @@ class ChatOptions:
     seed: int | None = None
     context_overflow: str = "rolling"  # "rolling": drop the oldest turns; "stop": end there
     session_cache_bytes: int = SESSION_CACHE_BYTES  # 0: reopened conversations prefill again
-    session_cache_dir: str | None = None  # None: the user cache folder
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 

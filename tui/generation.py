@@ -48,7 +48,6 @@ class ReplyOutcome:
     finish_reason: str
     stopped: bool  # stopped by the user (esc) or by quitting
     error: str | None = None  # why the reply failed
-    dropped_turns: int = 0  # oldest turns the rolling window left out of this prompt
 
 
 def draft_spans(engine: Engine, ev: Event) -> list[Span]:
@@ -76,7 +75,7 @@ def stream_reply(
     buffer: ReplyBuffer,
     should_stop: Callable[[], bool],
     snapshot: Callable[[], dict[str, Any]],
-    on_dropped: Callable[[int], None] = lambda n: None,
+    on_dropped: Callable[[int], object] = lambda n: None,
 ) -> ReplyOutcome:
     """Generate the reply into buffer until it ends or should_stop() says so. on_dropped
     hears, before the first token, how many old turns the rolling window left out."""
@@ -121,4 +120,4 @@ def stream_reply(
     except Exception as exc:  # a bug must not take the conversation down with it
         return ReplyOutcome({}, "error", False, f"{type(exc).__name__}: {exc}")
     final = dict(snapshot(), ttft=ttft, restored=restored, dropped_turns=fitted.dropped_turns)
-    return ReplyOutcome(final, reason, stopped, None, fitted.dropped_turns)
+    return ReplyOutcome(final, reason, stopped)

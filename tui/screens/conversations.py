@@ -92,9 +92,10 @@ class ConversationsScreen(ModalScreen[OpenRequest | None]):
         if not hits:
             ol.add_option(Option(Text("no match", style="dim"), id="none", disabled=True))
         for h in hits:
-            label = Text.assemble(
-                (h.title, "bold"), f"  {h.role}, {_when(h.updated)}\n  ", (h.snippet, "italic")
-            )
+            snippet = Text(h.snippet, style="italic")
+            for start, end in h.marks:  # the words that matched
+                snippet.stylize("bold reverse", start, end)
+            label = Text.assemble((h.title, "bold"), f"  {h.role}, {_when(h.updated)}\n  ", snippet)
             ol.add_option(Option(label, id=f"m:{h.conversation_id}:{h.message_id}"))
 
     def _request(self, option_id: str | None) -> OpenRequest | None:

@@ -7,10 +7,13 @@ known: it counts letters (tests/tinymodels.write_agreeing_pair). Two drafters bo
 real drafter gives: one that always agrees (acceptance 1) and a random one (never accepted).
 In one run, with every layer on the GPU:
 
-1. one-token decode cost: no taps, the staging API, the graph callback (taps on and off);
+1. one-token decode cost: no taps, the staging API, the graph callback (taps on and off: with
+   them off the callback is removed, so plain steps should cost what no taps cost);
 2. the verify-cost curve t(k)/t(1) with taps on;
-3. tokens/s of plain decoding, chains, a tree and auto, interleaved in rotated rounds
-   (median per setting), with each output checked against plain decoding's.
+3. what a 10-deep chain costs against 10 bare drafter decodes (the loop's own share);
+4. tokens/s of plain decoding, chains, a tree and auto (EAGLE drafts only, and with the n-gram
+   source too), interleaved in rotated rounds (median per setting), with each output checked
+   against plain decoding's, and the drafter's native and host time per draft position.
 
     CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python==0.3.36   # or -DGGML_METAL=on
     python benchmarks/bench_gpu.py [--tokens 256] [--rounds 3] [--json OUT.json]
@@ -30,11 +33,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from bench_graph_taps import GRAPH_OFF, decode_costs  # noqa: E402
+from bench_graph_taps import GRAPH_OFF, decode_costs, show_switch, switch_costs  # noqa: E402
 
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
-from localspec.lowlevel import verify_curve  # noqa: E402
+from localspec.lowlevel import draft_costs, verify_curve  # noqa: E402
 from localspec.taps import GRAPH, STAGING  # noqa: E402
 
 import tinymodels as tm  # noqa: E402
@@ -49,14 +52,16 @@ SHAPES = {
     "small": tm.TargetShape(n_embd=512, n_layer=4, n_head=8, n_head_kv=2, n_ff=1024),  # a dry run
 }
 Q4_K_M = 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+EAGLE_ONLY = {"draft_source": "eagle"}  # the drafter under test alone
 SETTINGS: list[tuple[str, dict]] = [
     ("plain", {"n_draft": 0}),
-    ("chain 1", {"n_draft": 1}),
-    ("chain 2", {"n_draft": 2}),
-    ("chain 4", {"n_draft": 4}),
-    ("chain 8", {"n_draft": 8}),
-    ("tree 4,2,8", {"tree": (4, 2, 8)}),
-    ("auto", {}),
+    ("chain 1", {"n_draft": 1, **EAGLE_ONLY}),
+    ("chain 4", {"n_draft": 4, **EAGLE_ONLY}),
+    ("chain 10", {"n_draft": 10, **EAGLE_ONLY}),
+    ("tree 4,2,8", {"tree": (4, 2, 8), **EAGLE_ONLY}),
+    ("auto", {**EAGLE_ONLY}),
+    # the target counts letters, which the n-gram index predicts as well as a drafter could
+    ("auto + n-gram", {"draft_source": "auto"}),
 ]
 
 
@@ -103,6 +108,19 @@ def speeds(
                 out[name]["same"] &= c.tokens == plain
                 out[name]["tau"] = c.stats.tau
                 out[name]["shapes"] = c.stats.shape_summary()
+                out[name]["draft_ms_per_position"] = {
+                    "native": c.stats.draft_native_ms,
+                    "host": c.stats.draft_host_ms,
+                }
+                st = c.stats
+                out[name]["ms_per_step"] = {
+                    k: 1e3 * v / max(st.steps, 1)
+                    for k, v in (
+                        ("target", st.t_target),
+                        ("draft", st.t_draft),
+                        ("glue", st.t_glue),
+                    )
+                }
     for v in out.values():
         v["median"] = statistics.median(v["tps"])
     return out
@@ -137,10 +155,15 @@ def drafter_memory(target: str, draft: str, gpu_layers: int) -> tuple[int, int] 
 def show_speeds(title: str, res: dict) -> None:
     base = res["plain"]["median"]
     print(f"\n{title}")
-    print(f"  {'setting':<18} {'tok/s':>8} {'x plain':>8} {'tau':>6}  same as plain  shapes run")
+    print(f"  {'setting':<18} {'tok/s':>8} {'x plain':>8} {'tau':>6}  same as plain  "
+          "draft ms/pos native+host  ms/step target/draft/glue  shapes run")  # fmt: skip
     for name, v in res.items():
+        pos = v.get("draft_ms_per_position") or {}
+        cost = f"{pos['native']:.3f}+{pos['host']:.3f}" if pos.get("native") else "-"
         print(f"  {name:<18} {v['median']:8.1f} {v['median'] / base:8.2f} {v.get('tau', 1.0):6.2f}"
-              f"  {'yes' if v['same'] else 'NO':<13}  {v['shapes']}")  # fmt: skip
+              f"  {'yes' if v['same'] else 'NO':<13}  {cost:<24}  "
+              f"{'/'.join(f'{x:.2f}' for x in v['ms_per_step'].values()):<25}  "
+              f"{v['shapes']}")  # fmt: skip
 
 
 def main() -> None:
@@ -167,18 +190,26 @@ def main() -> None:
         for route, c in costs.items():
             print(f"  {route or 'no taps':<16} {1e3 * c:7.3f} ms  x{c / base:.3f}")
         report["decode_ms"] = {str(k): 1e3 * v for k, v in costs.items()}
+        n_layer = SHAPES[args.shape].n_layer
+        sw = switch_costs(target, (1, n_layer // 2, n_layer - 1), 4, gpu_layers=args.gpu_layers)
+        show_switch(args.shape, sw)
+        report["callback_switch"] = sw
         with localspec.load(target, draft=agree, n_gpu_layers=args.gpu_layers) as eng:
             curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
+            bare, chain = draft_costs(eng, 10, reps=30)
         t1 = curve[1]
         print("\nverify cost t(k)/t(1), taps on: "
               + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip
         report["verify_ratio"] = {k: t / t1 for k, t in curve.items()}
+        print(f"\na 10-deep chain: {1e3 * chain:.3f} ms against 10 bare drafter decodes "
+              f"{10e3 * bare:.3f} ms: x{chain / (10 * bare):.2f}")  # fmt: skip
+        report["chain10_ms"] = {"chain": 1e3 * chain, "bare_decode": 1e3 * bare}
         mem = drafter_memory(target, rand, args.gpu_layers)
         if mem is not None:
             print(f"\ndevice memory: target engine {mem[0]} MiB, the random drafter adds "
                   f"{mem[1]} MiB ({mem[1] / max(mem[0], 1):.1%})")  # fmt: skip
             report["memory_mib"] = {"target": mem[0], "drafter_adds": mem[1]}
-        settings = SETTINGS + [(NO_DRAFTER, {})]
+        settings = SETTINGS + [(NO_DRAFTER, {"n_draft": 0})]
         if args.only_plain_auto:
             settings = [(n, kw) for n, kw in settings if n in ("plain", "auto", NO_DRAFTER)]
         drafters = {"agreeing": agree, "random": rand}

@@ -24,17 +24,17 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
+from localspec import _native as N  # noqa: E402
 from localspec.discovery import default_target  # noqa: E402
 from localspec.lowlevel import verify_curve  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.taps import GRAPH, STAGING  # noqa: E402
 from localspec.target import Target  # noqa: E402
 
-import realmodels  # noqa: E402
 import tinymodels as tm  # noqa: E402
 
-# the callback installed but taps off: llama.cpp cannot remove a context's callback, so plain
-# steps on a callback-tapped target (auto asleep, n_draft=0) still answer every node's "ask"
+# a callback-tapped target with its taps off (auto asleep, n_draft=0): localspec removes the
+# callback then, so this should cost what no taps cost
 GRAPH_OFF = "graph, taps off"
 TAPS_OF = {"smollm2": (2, 15, 27), "qwen2.5-coder-1.5b": (2, 14, 25)}
 
@@ -68,6 +68,60 @@ def decode_costs(
         for t in targets.values():
             t.close()
     return {r: statistics.median(v) for r, v in times.items()}
+
+
+def switch_costs(path: str, taps: tuple, threads: int, context: int = 512, gpu_layers: int = 0):
+    """What turning the callback taps off (plain steps) and on again costs, by the ways there
+    are: (1) removing the callback in place (localspec's way: the next decode rebuilds
+    llama.cpp's scheduler), (2) re-creating the context without it and carrying the cache
+    over, (3) a second context without it, which costs its own KV cache (bytes at n_ctx).
+    Median seconds over 10 tries after a `context`-token prompt."""
+    rt = RuntimeOptions(n_ctx=4096, n_batch=256, n_threads=threads, n_gpu_layers=gpu_layers)
+    t = Target(path, rt, tap_route=GRAPH)
+    try:
+        t.enable_taps(taps)
+        toks = [(100 + j) % t.n_vocab for j in range(context)]
+        t.clear()
+        t.prefill(toks)
+        steady, flip, recreate = [], [], []
+        for i in range(10):
+            t0 = time.perf_counter()
+            t.decode([7], all_logits=False)
+            steady.append(time.perf_counter() - t0)
+            t.keep(context)
+            t.set_taps_active(i % 2 == 0)
+            t0 = time.perf_counter()
+            t.decode([7], all_logits=False)
+            flip.append(time.perf_counter() - t0 - steady[-1])
+            t.keep(context)
+            t0 = time.perf_counter()
+            state = t.ctx.state_get()
+            other = N.NativeContext(t.model, **t._ctx_args)
+            other.state_set(state)
+            recreate.append(time.perf_counter() - t0)
+            other.close()
+        kv_per_token = (len(t.ctx.state_get()) - len(_empty_state(t))) / context
+        return {
+            "steady decode": statistics.median(steady),
+            "flip in place": statistics.median(flip),
+            "re-create + carry": statistics.median(recreate),
+            "second context KV bytes": kv_per_token * t.n_ctx,
+        }
+    finally:
+        t.close()
+
+
+def _empty_state(t: Target):
+    t.keep(0)
+    return t.ctx.state_get()
+
+
+def show_switch(name: str, sw: dict) -> None:
+    print(f"\n{name}: switching the callback taps off and on (n_ctx 4096, 512 cached tokens)")
+    print(f"  one-token decode              {1e3 * sw['steady decode']:7.2f} ms")
+    print(f"  flip in place (one reserve)   {1e3 * sw['flip in place']:7.2f} ms extra, 0 bytes")
+    print(f"  re-create context + carry KV  {1e3 * sw['re-create + carry']:7.2f} ms, 0 bytes")
+    print(f"  second context without it     {sw['second context KV bytes'] / 2**20:7.1f} MiB of KV")
 
 
 def show_costs(name: str, costs: dict) -> None:
@@ -131,6 +185,9 @@ def main() -> None:
             smol, [None, STAGING, GRAPH, GRAPH_OFF], TAPS_OF["smollm2"], args.threads, args.rounds
         ),
     )
+    show_switch("smollm2 (llama)", switch_costs(smol, TAPS_OF["smollm2"], args.threads))
+    import realmodels  # needs pytest: only here, so bench_gpu runs without it
+
     qwen = realmodels.real_target_path(realmodels.QWEN25_CODER)
     if qwen is None:
         print("\nqwen2.5-coder-1.5b: absent (python scripts/get-real-targets.py)")
@@ -140,6 +197,7 @@ def main() -> None:
         "qwen2.5-coder-1.5b (qwen2)",
         decode_costs(qwen, [None, GRAPH, GRAPH_OFF], taps, args.threads, args.rounds),
     )
+    show_switch("qwen2.5-coder-1.5b (qwen2)", switch_costs(qwen, taps, args.threads))
     qwen_auto(qwen, args.threads)
 
 

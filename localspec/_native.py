@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from importlib import metadata
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -360,6 +361,7 @@ class NativeContext:
         params.swa_full = True
         if graph_taps is not None:
             params.cb_eval = graph_taps.callback  # GraphTaps keeps the callback object alive
+            params.cb_eval_user_data = graph_taps.tag  # finds the slot: see _callback_slot
         if flash_attn is not None:
             params.flash_attn_type = 1 if flash_attn else 0
         if ctx_other is not None:
@@ -383,6 +385,12 @@ class NativeContext:
         self.n_vocab = model.n_vocab
         self.n_embd = model.n_embd
         self.mem = C.llama_get_memory(ptr)
+        self._kept_layers: set[int] = set()
+        self.busy = 0.0  # wall seconds inside llama_decode and llama_encode so far
+        self._views: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        # where the context keeps its eval callback, so plain steps can run without it
+        self._cb_slot = _callback_slot(ptr, graph_taps) if graph_taps is not None else None
+        self._cb_on = graph_taps is not None
         if embeddings_nextn:
             # masked: rows only for batch entries that request output
             set_embeddings_nextn(ptr, True, True)
@@ -392,7 +400,9 @@ class NativeContext:
     def decode(self, batch: Batch, what: str) -> None:
         if self.graph_taps is not None:
             self.graph_taps.begin()
+        t0 = perf_counter()
         rc = C.llama_decode(self.ptr, batch.struct)
+        self.busy += perf_counter() - t0
         if rc != 0:
             detail = last_errors()
             raise GenerationError(f"llama_decode failed on the {what} (code {rc}) {detail}".strip())
@@ -400,7 +410,9 @@ class NativeContext:
             self.graph_taps.check()
 
     def encode(self, batch: Batch, what: str) -> None:
+        t0 = perf_counter()
         rc = C.llama_encode(self.ptr, batch.struct)
+        self.busy += perf_counter() - t0
         if rc != 0:
             detail = last_errors()
             raise GenerationError(f"llama_encode failed on the {what} (code {rc}) {detail}".strip())
@@ -417,9 +429,52 @@ class NativeContext:
             raise GenerationError(f"llama.cpp returned no logits for row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
+    def outputs(self, i: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Views of output row i's logits and eagle3 state (valid until the next decode). A
+        view is made once per place in llama.cpp's output buffer and then reused, so a draft
+        step pays two calls and no allocation."""
+        lo, h = _logits_ith_addr(self.ptr, i), _nextn_ith_addr(self.ptr, i)
+        if not lo or not h:
+            raise GenerationError(f"llama.cpp returned no output for row {i}")
+        views = self._views.get((lo, h))
+        if views is None:
+            if len(self._views) > 4 * self.n_batch:  # the buffer moved many times: start over
+                self._views.clear()
+            views = self._views[lo, h] = (_view(lo, self.n_vocab), _view(h, width))
+        return views
+
     def keep_layer_input(self, layer: int, keep: bool) -> None:
         """Make later decodes keep (or stop keeping) the input of a layer for every row."""
         set_embeddings_layer_inp(self.ptr, layer, keep)
+        if keep:
+            self._kept_layers.add(layer)
+        else:
+            self._kept_layers.discard(layer)
+
+    @property
+    def callback_switchable(self) -> bool:
+        """Whether the graph callback can be switched off (see set_eval_callback)."""
+        return self._cb_slot is not None
+
+    def set_eval_callback(self, on: bool) -> bool:
+        """Install (on) or remove the graph callback this context was created with; False
+        where it cannot be removed (it then stays installed and costs what it costs).
+
+        llama.cpp has no call for this: the callback lives in the context's parameters and
+        reaches the scheduler whenever a graph is built. With it installed, ggml asks Python
+        about every node of every decode (about a millisecond per decode on a GPU) and
+        computes the graph in pieces. So the slot is written directly (found at creation by
+        the user-data tag beside it), and a scheduler reserve, which the staging call below
+        requests, makes the next decode build its graph with the new value."""
+        if self._cb_slot is None or self.graph_taps is None:
+            return False
+        if on != self._cb_on:
+            ctypes.c_void_p.from_address(self._cb_slot).value = (
+                _fn_address(self.graph_taps.callback) if on else None
+            )
+            set_embeddings_layer_inp(self.ptr, 0, 0 in self._kept_layers)
+            self._cb_on = on
+        return True
 
     def layer_input(self, layer: int, n_rows: int) -> np.ndarray:
         """The input of a kept layer for the rows of the last decode [n_rows, n_embd]."""
@@ -601,6 +656,10 @@ class GraphTaps:
         self.error = ""
         # the C function pointer must stay referenced while llama.cpp can call it
         self.callback = C.ggml_backend_sched_eval_callback(self._on_node)
+        # the callback's user data: an address of our own that nothing else holds, which
+        # tells where the context keeps the callback (the callback itself ignores it)
+        self._tag_cell = ctypes.c_uint64(0x6C6F63616C737063)
+        self.tag = ctypes.c_void_p(ctypes.addressof(self._tag_cell))
 
     def want(self, names: list[bytes]) -> None:
         self._slot = {n: i for i, n in enumerate(names)}
@@ -648,6 +707,31 @@ class GraphTaps:
         return True
 
 
+def _fn_address(fn: Any) -> int:
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
+_SLOT_SCAN_WORDS = 48  # the context's leading bytes searched (its parameters come second)
+
+
+def _callback_slot(ctx_ptr: Any, graph_taps: GraphTaps) -> int | None:
+    """The address of the context's eval-callback field: the one 8-byte word in the leading
+    bytes of the llama_context that holds our callback's address, followed by our tag (the
+    pair is llama_cparams' cb_eval and cb_eval_user_data, llama-cparams.h, 0.3.36). None when
+    the pair is not found exactly once (another layout): the callback then stays installed."""
+    base = int(ctypes.cast(ctx_ptr, ctypes.c_void_p).value or 0)
+    cb, tag = _fn_address(graph_taps.callback), int(graph_taps.tag.value or 0)
+    if not base or not cb or not tag:
+        return None
+    words = (ctypes.c_uint64 * _SLOT_SCAN_WORDS).from_address(base)
+    hits = [i for i in range(_SLOT_SCAN_WORDS - 1) if words[i] == cb and words[i + 1] == tag]
+    return base + 8 * hits[0] if len(hits) == 1 else None
+
+
+def _view(addr: int, n: int) -> np.ndarray:
+    return np.frombuffer((ctypes.c_float * n).from_address(addr), dtype=np.float32)
+
+
 def float_rows(ptr: Any, n_rows: int, width: int) -> np.ndarray:
     """View n_rows x width floats at a C pointer (valid until the next decode: copy to keep)."""
     if not ptr:
@@ -677,9 +761,11 @@ class _GGUFInitParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
-def _bind_c(name: str, argtypes: list[Any], restype: Any) -> Any:
+def _bind_c(name: str, argtypes: list[Any], restype: Any, *, own: bool = False) -> Any:
+    """own: a function object of our own (ctypes shares the one attribute access gives, and
+    other bindings of the same symbol must keep their types)."""
     try:
-        fn = getattr(C._lib, name)
+        fn = C._lib[name] if own else getattr(C._lib, name)
     except AttributeError:
         raise NativeLibraryError(
             f"libllama lacks {name}; install llama-cpp-python=={REQUIRED_LLAMA_CPP_PYTHON}"
@@ -690,6 +776,12 @@ def _bind_c(name: str, argtypes: list[Any], restype: Any) -> Any:
 
 
 _vp = ctypes.c_void_p
+# llama_get_logits_ith and the staging llama_get_embeddings_nextn_ith as plain addresses (the
+# bindings above return ctypes pointer objects, which cost more to turn into arrays)
+_logits_ith_addr = _bind_c("llama_get_logits_ith", [_ctx_p, ctypes.c_int32], _vp, own=True)
+_nextn_ith_addr = _bind_c(
+    _STAGING["get_embeddings_nextn_ith"][0], [_ctx_p, ctypes.c_int32], _vp, own=True
+)
 _ggml_get_name = _bind_c("ggml_get_name", [_vp], ctypes.c_char_p)
 _ggml_tensor_get = _bind_c(
     "ggml_backend_tensor_get", [_vp, _vp, ctypes.c_size_t, ctypes.c_size_t], None

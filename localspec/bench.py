@@ -153,6 +153,9 @@ class SettingResult:
             "t_target": st.t_target,
             "t_draft": st.t_draft,
             "t_glue": st.t_glue,
+            "eagle_positions": st.eagle_positions,
+            "draft_native_ms_per_position": st.draft_native_ms,
+            "draft_host_ms_per_position": st.draft_host_ms,
             "mismatches": self.mismatches,
             "draft_source": self.gen.get("draft_source"),
             # per draft source: steps it drafted in, drafted, accepted, tau, acceptance_rate
@@ -272,7 +275,8 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
     drafts = f", draft source {source}" if source else ""
     lines = [
         f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}{drafts}",
-        f"{'setting':>15} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5}  "
+        f"{'setting':>15} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5} "
+        f"{'draft ms/pos':>12} {'host/pos':>8}  "
         "acceptance by position | shapes run (auto: model's predicted tok/s)",
     ]
     plain = res.plain
@@ -280,13 +284,19 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
         st = s.stats
         acc = " ".join(f"{a:.0%}" for a in st.acceptance_at[:8]) if s.speculative else ""
         tau = f"{st.tau:5.2f}" if s.speculative else "    -"
+        # per EAGLE draft position: the drafter's native calls, and the host time around them
+        per_pos = (
+            f"{st.draft_native_ms + st.draft_host_ms:12.3f} {st.draft_host_ms:8.3f}"
+            if st.eagle_positions
+            else f"{'-':>12} {'-':>8}"
+        )
         extra = ""
         if s.label == "auto":
             extra = f" | {st.shape_summary()}; predicted {st.predicted_tokens_per_s:.1f}"
         flag = f"  !! {s.mismatches} prompts differ from plain" if s.mismatches else ""
         lines.append(
             f"{s.label:>15} {st.tokens_per_s:8.1f} {speedup(s, plain):7.2f}x "
-            f"{median_speedup(s, plain):6.2f}x {tau}  {acc}{extra}{flag}"
+            f"{median_speedup(s, plain):6.2f}x {tau} {per_pos}  {acc}{extra}{flag}"
         )
         if s.speculative and st.sources:
             lines.append(f"{'':>15} {format_sources(st)}")

@@ -25,12 +25,12 @@ import numpy as np
 
 from .clocks import Clock
 from .costmodel import CALIBRATION_REPS as REPS
-from .costmodel import CostModel, VerifyCurve
+from .costmodel import CostModel, ReadyCosts, VerifyCurve
 from .drafter import Drafter
 from .options import RuntimeOptions
 from .target import Target
 
-FORMAT = 2
+FORMAT = 3
 MAX_AGE_S = 7 * 24 * 3600.0
 SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 28, 33, 48, 64)
 BUDGET_S = 8.0  # stop timing larger batches once this much cost-clock time was spent
@@ -44,10 +44,17 @@ class Calibration:
     verify: dict[int, float]  # seconds per target decode of n tokens (logits on every row)
     expand: dict[int, float]  # seconds per drafter decode of a frontier of k rows
     flush: float  # seconds to encode and write the first pairs and read the first draft
+    ready: ReadyCosts | None = None  # one-token decodes with taps on and off (a drafter's)
     measured: bool = True  # False when read from the disk cache
 
     def cost_model(self, max_nodes: int) -> CostModel:
-        return CostModel(VerifyCurve(self.verify), self.expand, self.flush, max_nodes=max_nodes)
+        return CostModel(
+            VerifyCurve(self.verify),
+            self.expand,
+            self.flush,
+            ready=self.ready,
+            max_nodes=max_nodes,
+        )
 
 
 def _best_time(fn: Callable[[], object], clock: Clock) -> float:
@@ -77,6 +84,8 @@ def measure(
     times: dict[int, float] = {}
     spent = clock()  # the budget is on the cost clock too: stalls must not cut the curve short
     target.clear()
+    tapped = drafter is not None and bool(target.taps)
+    target.set_taps_active(tapped)  # the curve as drafting runs it
     warm = min(8, max_rows)
     target.decode(tok[:warm], all_logits=True)  # warm up (first decodes allocate)
     for n in SIZES:
@@ -93,6 +102,7 @@ def measure(
         prev = max((m for m in times if m < n), default=0)
         if n > ALWAYS and (times[n] - times[prev]) / (n - prev) > PAYS * times[prev] / prev:
             break
+    ready = _ready_costs(target, tok[:warm], clock) if tapped else None
     target.clear()
     if drafter is None:
         return Calibration(times, {}, 0.0)
@@ -117,7 +127,30 @@ def measure(
 
         expand[k] = _best_time(width, clock)
     drafter.restart(0)
-    return Calibration(times, expand, flush)
+    return Calibration(times, expand, flush, ready)
+
+
+def _ready_costs(target: Target, context: list[int], clock: Clock) -> ReadyCosts:
+    """One-token decodes with the taps on and off, and what the decode right after switching
+    them costs beyond that (the best of REPS switches each way). Leaves the taps on."""
+    t1: dict[bool, float] = {}
+    after: dict[bool, list[float]] = {True: [], False: []}
+
+    def one() -> None:
+        target.keep(len(context))
+        target.decode(context[:1], all_logits=True)
+
+    for _ in range(REPS):
+        for on in (False, True):
+            target.set_taps_active(on)
+            t0 = clock()
+            one()
+            after[on].append(clock() - t0)
+    for on in (False, True):
+        target.set_taps_active(on)
+        t1[on] = _best_time(one, clock)
+    switch = min(min(after[on]) - t1[on] for on in (False, True))
+    return ReadyCosts(t1[True], t1[False], max(switch, 0.0))
 
 
 # --- the disk cache ----------------------------------------------------------------------------
@@ -187,10 +220,12 @@ def load(key: dict[str, Any]) -> Calibration | None:
             data = json.load(fh)
         if data["key"] != key or time.time() - float(data["created"]) > MAX_AGE_S:
             return None
+        ready = data["ready"]
         return Calibration(
             verify={int(n): float(t) for n, t in data["verify"].items()},
             expand={int(k): float(t) for k, t in data["expand"].items()},
             flush=float(data["flush"]),
+            ready=ReadyCosts(**{k: float(v) for k, v in ready.items()}) if ready else None,
             measured=False,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -206,6 +241,7 @@ def save(key: dict[str, Any], cal: Calibration) -> None:
         "verify": cal.verify,
         "expand": cal.expand,
         "flush": cal.flush,
+        "ready": asdict(cal.ready) if cal.ready is not None else None,
     }
     tmp = None
     try:

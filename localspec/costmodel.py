@@ -232,6 +232,8 @@ class Verdict:
     drafts_seen: float  # first-position drafts behind that estimate (faded with age)
     eagle: bool = True  # an EAGLE drafter takes part
     ngram: str = ""  # the n-gram source's acceptance in words ("": not in use)
+    ready_tax: float = 0.0  # a plain step with the drafter fed over one without, less 1
+    switch_s: float = 0.0  # seconds that switching the taps adds to the next decode
 
     def with_sources(self, *, eagle: bool, ngram: str) -> Verdict:
         return replace(self, eagle=eagle, ngram=ngram)
@@ -266,7 +268,13 @@ class Verdict:
                 else f"so it pays only above {self.needed:.0%} acceptance per position"
             )
             what = "no EAGLE drafts" if self.ngram else "plain decoding"
-            return f"auto runs {what}: {cost}, {need}; {seen}{ngram}"
+            ready = (
+                f"; keeping the drafter fed costs {self.ready_tax:.0%} a plain step, so it "
+                "sleeps until a probe is due"
+                if self.ready_tax >= 0.005
+                else ""
+            )
+            return f"auto runs {what}: {cost}, {need}; {seen}{ngram}{ready}"
         what = "probes with" if self.explore else "drafts"
         return (
             f"auto {what} {self.shape}: expected {self.expected_speedup:.2f}x plain "
@@ -301,6 +309,8 @@ class Verdict:
             "drafts_seen": self.drafts_seen,
             "eagle": self.eagle,
             "ngram": self.ngram,
+            "ready_tax": self.ready_tax,
+            "switch_ms": 1e3 * self.switch_s,
             "reason": self.reason,
             "brief": self.brief,
         }
@@ -323,8 +333,28 @@ def break_even(cost_ratio: float, k: int) -> float | None:
     return hi
 
 
+@dataclass(frozen=True)
+class ReadyCosts:
+    """What keeping the drafter ready costs: a one-token decode with the taps on and with them
+    off (the staging API's outputs, or the graph callback, which is removed while they are
+    off), and what switching them costs (the decode after a switch rebuilds llama.cpp's
+    scheduler). Measured by calibration; equal on and off where nothing is tapped."""
+
+    t1_on: float
+    t1_off: float
+    switch: float = 0.0
+
+
+PLAIN_GLUE = 30e-6  # a plain step's bookkeeping, until measured
+
+
 class CostModel:
-    """Measured costs and acceptance; ``plan`` picks the next step's shape."""
+    """Measured costs and acceptance; ``plan`` picks the next step's shape.
+
+    Plain steps are priced twice: with the drafter fed (taps on, its pairs queued: what auto
+    pays while it stays ready to draft) and unfed (taps off: plain decoding's own cost, the bar
+    every draft must beat). Their difference, the ready tax, and the cost of switching decide
+    how long a drafter that is not drafting stays fed."""
 
     def __init__(
         self,
@@ -332,14 +362,28 @@ class CostModel:
         draft_depth: dict[int, float],
         flush: float,
         *,
+        ready: ReadyCosts | None = None,
         max_nodes: int = MAX_TREE_NODES,
     ) -> None:
         self.verify = verify
         # per frontier width; writing the queued pairs and the first draft distribution
         self.expand = {k: _Recent(t, WINDOW, CALIBRATION_REPS) for k, t in draft_depth.items()}
         self.flush = _Recent(flush, WINDOW, CALIBRATION_REPS)
+        t1 = verify(1)
+        self.tapped = ready is not None  # a drafter's taps exist: fed and unfed steps differ
+        ready = ready or ReadyCosts(t1, t1)
+        # whole plain steps (decode, bookkeeping, the drafter's feed), fed and unfed; the
+        # calibrated decode counts as its repetitions, the glue is a guess until measured
+        self.plain = {
+            fed: _Recent(t + PLAIN_GLUE, WINDOW + 2, CALIBRATION_REPS)
+            for fed, t in ((True, ready.t1_on), (False, ready.t1_off))
+        }
+        self.t1_off = _Recent(ready.t1_off, WINDOW + 2, CALIBRATION_REPS)  # the decode alone
+        # t(1) when the unfed plain step was last measured: while the drafter is fed, the
+        # unfed cost follows the context's growth with t(1)
+        self._unfed_base = t1
+        self.switch = _Recent(ready.switch, WINDOW, CALIBRATION_REPS)
         self.glue = {  # guesses, replaced by the first measurement
-            "plain": _Recent(30e-6, WINDOW),
             "chain": _Recent(80e-6, WINDOW),
             "tree": _Recent(300e-6, WINDOW),
         }
@@ -353,13 +397,26 @@ class CostModel:
         self._plan_version: tuple[int, int] = (-1, -1)
         self._costs_version = 0  # bumped when a measured cost moved: plans are made again
         self._steps_since_plan = 0
-        self._steps_since_t1 = 0  # steps since a one-row decode was measured
+        self._steps_since_t1 = 0  # steps since a settled one-row decode was measured
+        self._last_rows = 1  # the previous step's verify rows
 
     # --- prediction --------------------------------------------------------------------------
 
+    @property
+    def ready_tax(self) -> float:
+        """Seconds a plain step costs more with the drafter fed than without."""
+        return max(0.0, self.plain[True].value - self.plain[False].value)
+
+    def rewake_cost(self) -> float:
+        """Seconds that sleeping and waking again costs: two switches of the taps and the
+        wake step, which runs fed."""
+        return 2 * self.switch.value + self.ready_tax
+
     def step_time(self, shape: TreeShape | None) -> float:
+        """Expected seconds of a step; plain (None): plain decoding's, with the drafter unfed
+        (what every draft must beat, since a drafter that does not pay is put to sleep)."""
         if shape is None:
-            return self.verify(1) + self.glue["plain"].value
+            return self.plain[False].value * self.verify(1) / self._unfed_base
         k = shape.top_k
         mode = "chain" if shape.is_chain else "tree"
         nodes = min(shape.budget, shape.depth) if shape.is_chain else shape.budget
@@ -390,7 +447,7 @@ class CostModel:
         max_depth = min(MAX_DEPTH, budget, max_nodes)
         if max_depth < 1:
             return best
-        verify = np.array([self.verify(n) for n in range(max_nodes + 2)])
+        verify = self.verify.table(max_nodes + 1)  # t(0..max_nodes + 1), cached
         for k in top_ks:
             if k not in self.expand:  # widths the engine cannot draft were not calibrated
                 continue
@@ -494,6 +551,8 @@ class CostModel:
             needed=needed,
             reached=float(p[0, 0]),
             drafts_seen=float(self.acceptance.counts[0].sum()),
+            ready_tax=self.ready_tax / plain if plain > 0 else 0.0,
+            switch_s=self.switch.value,
         )
 
     # --- learning ----------------------------------------------------------------------------
@@ -509,26 +568,65 @@ class CostModel:
         t_glue: float | None,
         ranks: list[tuple[int, int]],
         emitted: int,
+        fed: bool = True,
+        switched: bool = False,
     ) -> None:
         """One step's costs (cost clock) and the ranks the target's tokens had among the
-        drafter's candidates; t_glue None: a step whose glue is not an EAGLE or plain step's."""
-        self._steps_since_t1 = 0 if verify_rows == 1 else self._steps_since_t1 + 1
+        drafter's candidates; t_glue None: a step whose glue is not an EAGLE or plain step's.
+        fed: the step ran with the drafter fed (taps on); switched: its decode came right
+        after the taps were switched, so what it cost beyond its size's decode is the
+        switch's (and it teaches nothing else about costs)."""
+        fed = fed or not self.tapped  # untapped, every step runs as calibrated
+        # a one-token decode right after a bigger one pays for llama.cpp building its graph
+        # again (a CUDA graph captured anew: milliseconds on a GPU, where a t(1) learnt from
+        # it made plain decoding look dear and kept a useless drafter drafting), so t(1) and
+        # plain steps learn from settled ones only: a refresh runs two plain steps
+        prev, self._last_rows = self._last_rows, verify_rows
+        settled = verify_rows > 1 or prev == 1
+        if verify_rows == 1 and settled:
+            self._steps_since_t1 = 0
+        else:
+            self._steps_since_t1 += 1
         if shape is not None and self._plan is not None and self._plan.explore:
             self._plan = None  # a probe is one step (once it ran): decide again afterwards
-        before = self.verify(verify_rows)
-        self.verify.observe(verify_rows, t_verify)
-        if abs(self.verify(verify_rows) - before) > 0.1 * before:
-            self._costs_version += 1
-        if shape is None:
-            if t_glue is not None:
-                self.glue["plain"].update(t_glue + t_draft)  # plain steps' drafter work
-        else:
+        if switched:
+            expected = self.verify(verify_rows) if fed or verify_rows > 1 else self.t1_off.value
+            self.switch.update(max(t_verify - expected, 0.0))
+        elif settled:
+            self._observe_costs(shape, verify_rows, t_verify, t_flush, t_draft, t_glue, fed)
+        for depth, rank in ranks:
+            self.acceptance.observe(depth, rank)
+        self.acceptance.advance(emitted)
+
+    def _observe_costs(
+        self,
+        shape: TreeShape | None,
+        rows: int,
+        t_verify: float,
+        t_flush: float,
+        t_draft: float,
+        t_glue: float | None,
+        fed: bool,
+    ) -> None:
+        before = self.verify(rows), self.step_time(None)
+        # the curve is the verify cost with the taps on, as drafting runs it: an unfed
+        # one-row decode prices plain decoding alone
+        if fed or rows > 1:
+            self.verify.observe(rows, t_verify)
+        if shape is None and rows == 1 and t_glue is not None:
+            # the whole step, the drafter's feed with it
+            for state in (fed,) if self.tapped else (True, False):
+                self.plain[state].update(t_verify + t_glue + t_draft)
+            if not (fed and self.tapped):
+                self.t1_off.update(t_verify)
+                self._unfed_base = self.verify(1)
+        if shape is not None:
             self.flush.update(t_flush)
             if shape.depth > 1:
                 per = max(t_draft - t_flush, 0.0) / (shape.depth - 1)
                 self.expand.setdefault(shape.top_k, _Recent(per, WINDOW)).update(per)
             if t_glue is not None:
                 self.glue["chain" if shape.is_chain else "tree"].update(t_glue)
-        for depth, rank in ranks:
-            self.acceptance.observe(depth, rank)
-        self.acceptance.advance(emitted)
+        after = self.verify(rows), self.step_time(None)
+        if any(abs(a - b) > 0.1 * b for a, b in zip(after, before, strict=True)):
+            self._costs_version += 1

@@ -77,7 +77,11 @@ class Drafter:
         self.tap_width = len(spec.taps) * target.n_embd
         self._enc_batch = N.Batch(self.n_batch, tokens=False, embd=self.tap_width)
         self._dec_batch = N.Batch(self.n_batch, tokens=True, embd=self.n_embd)
+        # a chain's steps: one row of sequence 0 whose embedding is the fed-back state
+        self._one = N.Batch(1, tokens=True, embd=self.n_embd)
+        self._one.set(1, 0, all_logits=True)
         self._draft_ids: np.ndarray | None | bool = False  # False: not yet known
+        self._draft_index: np.ndarray | None = None  # target id -> draft-vocabulary index
         # the cache: written positions [start, end), then queued pairs
         self.start = 0
         self.end = 0
@@ -266,7 +270,26 @@ class Drafter:
         and its feedback state (a copy)."""
         for i in self._decode_chunks(tokens, embd, pos0):
             last = len(tokens) - 1 - i  # the last row's index within the final chunk
-        return self.ctx.logits_ith(last), self.feedback(self.ctx.nextn_ith(last, self.n_embd))
+        logits, h = self.ctx.outputs(last, self.n_embd)
+        return logits, self.feedback(h)
+
+    def chain_start(self, state: np.ndarray) -> None:
+        """The feedback state the next chain_next call decodes its token with."""
+        assert self._one.embd is not None
+        self._one.embd[0] = state
+
+    def chain_next(self, token: int, pos: int) -> np.ndarray:
+        """Decode (token, the pending state) at pos: a chain's next draft position. Returns
+        its logits (a view, valid until the next decode) and keeps its feedback state pending
+        for the next call, so a chain step allocates nothing and copies one state row."""
+        b = self._one
+        assert b.embd is not None
+        b.token[0] = token
+        b.pos[0] = pos
+        self.ctx.decode(b, "drafter decoder")
+        logits, h = self.ctx.outputs(0, self.n_embd)
+        self.feedback(h, out=b.embd[0])
+        return logits
 
     def decode_all(
         self, tokens: Sequence[int], embd: np.ndarray, pos0: int
@@ -316,13 +339,49 @@ class Drafter:
             row = logits.reshape(-1, logits.shape[-1])[0]
             finite = np.flatnonzero(np.isfinite(row))
             self._draft_ids = None if finite.size == row.size else finite
+            if self._draft_ids is not None:
+                self._draft_index = np.full(row.size, -1, dtype=np.int64)
+                self._draft_index[finite] = np.arange(finite.size)
         return self._draft_ids  # type: ignore[return-value]
 
-    def feedback(self, h: np.ndarray) -> np.ndarray:
-        """The state fed to the next draft step: h (EAGLE-3) or output_norm(h) (norm_output)."""
+    @property
+    def draft_index(self) -> np.ndarray | None:
+        """Target id -> index among draft_ids (-1: not in the draft vocabulary); None while
+        every id can be drafted (or before the first logits)."""
+        return self._draft_index
+
+    def draft_logits(self, logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The logits of the draft vocabulary alone (a third of a 49k vocabulary for a 16k
+        d2t drafter), copied into out (allocated when None): argmax and ranks read only these.
+        Their order is draft_ids'."""
+        ids = self.draft_ids(logits)
+        n = logits.shape[-1] if ids is None else ids.size
+        if out is None or out.shape != (n,):
+            out = np.empty(n, dtype=np.float32)
+        if ids is None:
+            np.copyto(out, logits)
+        else:
+            np.take(logits, ids, out=out)
+        return out
+
+    def draft_token(self, sub: np.ndarray) -> int:
+        """The target id of the best entry of draft_logits."""
+        i = int(np.argmax(sub))
+        ids = self._draft_ids
+        return i if ids is None or ids is False else int(ids[i])  # type: ignore[index]
+
+    def feedback(self, h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The state fed to the next draft step: h (EAGLE-3) or output_norm(h) (norm_output),
+        written into out (a new array when None)."""
+        if out is None:
+            out = np.empty(h.shape[-1], dtype=np.float32)
         if self._out_norm is None:
-            return np.array(h, dtype=np.float32)
-        return rms_norm(h, self.spec.eps) * self._out_norm
+            np.copyto(out, h)
+        else:
+            scale = np.float32(1.0 / np.sqrt(np.dot(h, h) / h.size + self.spec.eps))
+            np.multiply(h, self._out_norm, out=out)
+            out *= scale
+        return out
 
     def close(self) -> None:
         self.ctx.close()
@@ -337,5 +396,7 @@ def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
 def per_tap_rms(taps: np.ndarray, n_taps: int, eps: float) -> np.ndarray:
     """Divide each of the n_taps equal-width slices of every row by its own RMS."""
     n, w = taps.shape
-    parts = taps.reshape(n, n_taps, w // n_taps)
-    return rms_norm(parts, eps).reshape(n, w)
+    parts = taps.astype(np.float32, copy=False).reshape(n, n_taps, w // n_taps)
+    ss = np.einsum("ijk,ijk->ij", parts, parts)  # no squared copy of the taps
+    scale = (1.0 / np.sqrt(ss / (w // n_taps) + eps)).astype(np.float32)
+    return (parts * scale[:, :, None]).reshape(n, w)

@@ -24,17 +24,28 @@ class Scores:
     Held as the logits row (chains: counting is cheaper than sorting) or as the best-first
     candidate ids (trees, which sort anyway to expand)."""
 
-    __slots__ = ("_logits", "_top")
+    __slots__ = ("_logits", "_top", "_index")
 
-    def __init__(self, *, logits: np.ndarray | None = None, top: np.ndarray | None = None):
-        self._logits, self._top = logits, top
+    def __init__(
+        self,
+        *,
+        logits: np.ndarray | None = None,
+        top: np.ndarray | None = None,
+        index: np.ndarray | None = None,
+    ):
+        """index: target id -> position in logits (-1: absent), where logits holds a draft
+        vocabulary's entries alone; None: logits is indexed by target id."""
+        self._logits, self._top, self._index = logits, top, index
 
     def rank(self, token: int) -> int:
         if self._top is not None:
             hit = np.flatnonzero(self._top[:RANKS] == token)
             return int(hit[0]) if hit.size else RANKS
         assert self._logits is not None
-        return min(int(np.count_nonzero(self._logits > self._logits[token])), RANKS)
+        j = token if self._index is None else int(self._index[token])
+        if j < 0:  # the drafter cannot propose it
+            return RANKS
+        return min(int(np.count_nonzero(self._logits > self._logits[j])), RANKS)
 
 
 @dataclass

@@ -27,6 +27,9 @@ class EagleSource:
 
     def __init__(self, drafter: Drafter) -> None:
         self.drafter = drafter
+        # a chain's draft-vocabulary logits per position, reused from step to step (a step's
+        # ranks are read by its own verify walk, before the next draft)
+        self._rows: list[np.ndarray] = []
 
     def flush(self) -> tuple[np.ndarray, np.ndarray]:
         """Write the queued pairs: the first draft position's logits and feedback state."""
@@ -64,19 +67,25 @@ class EagleSource:
         logits, h = start
         pos = d.end
         tree = DraftTree()
+        d.chain_start(h)
         for j in range(k):
+            q = None
+            if sampled is None or ranks:
+                if j == len(self._rows):
+                    self._rows.append(np.empty(0, dtype=np.float32))
+                sub = self._rows[j] = d.draft_logits(logits, self._rows[j])
             if sampled is None:
-                tok, q = int(np.argmax(logits)), None
+                tok = d.draft_token(sub)
             else:
                 q = probs(logits, sampled)
                 tok = sample(q, rng)
             node = tree.add(tok, j - 1, EAGLE)
             if ranks:
-                tree.scores[j - 1] = Scores(logits=logits.copy())
+                tree.scores[j - 1] = Scores(logits=sub, index=d.draft_index)
             if q is not None:
                 tree.q[node] = q
             if j < k - 1:
-                logits, h = d.decode([tok], h[None, :], pos + j)
+                logits = d.chain_next(tok, pos + j)
         tree.spine[EAGLE] = list(range(k))
         return tree
 

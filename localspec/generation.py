@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from .drafttree import DraftTree
+from .drafttree import EAGLE, DraftTree
 from .errors import GenerationError
 from .sampling import Draws, SamplingParams
 from .scheduler import Mode, StepCosts, StepPlan
@@ -219,6 +219,10 @@ class Generation:
         stats.t_target += t_target
         stats.t_draft += t_draft
         stats.t_glue += max(0.0, total - t_target - t_draft)
+        if plan.eagle is not None:
+            stats.t_eagle += wall.get("flush", 0.0) + wall.get("draft", 0.0)
+            stats.t_eagle_native += wall.get("eagle_native", 0.0)
+            stats.eagle_positions += sum(EAGLE in s for s in tree.sources)
         stats.record_step(len(tree), len(out.path), plan.label, tree.depth)
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:

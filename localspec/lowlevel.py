@@ -64,3 +64,46 @@ def verify_curve(
                 times.append(time.perf_counter() - t0)
             out[n] = statistics.median(times)
     return out
+
+
+def draft_costs(engine: Engine, depth: int = 10, reps: int = 20) -> tuple[float, float]:
+    """(median wall seconds of one bare drafter decode of one row, its outputs read back; median
+    wall seconds of drafting a chain of ``depth`` as a step does it: the step's pair written,
+    then every position picked and decoded). Their ratio is what the loop adds around the
+    drafter's own work. Needs a drafter; the engine's caches are emptied afterwards."""
+    from . import _native as N
+    from .tree import TreeShape
+
+    with hold(engine) as p:
+        state, d, target = p.state, p.drafter, p.target
+        if d is None or state.eagle is None:
+            raise ValueError("draft_costs needs an engine with a drafter")
+        hi = min(1000, target.n_vocab)
+        prompt = [int(t) for t in np.random.default_rng(0).integers(0, hi, size=64)]
+        state.begin(prompt, feed=True, index=False)
+        state.chosen(prompt[-1])
+        state.eagle.flush()
+        mark = d.end
+        target.decode([prompt[-1]], all_logits=False)  # one more step: its taps feed a pair
+        taps = target.read_taps(1)
+        one = N.Batch(1, tokens=True, embd=d.n_embd)
+        rng = np.random.default_rng(0)
+        bare, chain = [], []
+        for r in range(reps + 2):  # the first two warm up
+            d.keep(mark)  # the prompt's pairs alone
+            one.token[0] = prompt[r % len(prompt)]
+            one.set(1, mark, all_logits=True)
+            t0 = time.perf_counter()
+            d.ctx.decode(one, "drafter decoder")
+            d.ctx.outputs(0, d.n_embd)  # reading them waits for the device
+            t1 = time.perf_counter()
+            d.rewind(mark)
+            d.queue([prompt[0]], taps)
+            t2 = time.perf_counter()
+            start = state.eagle.flush()
+            state.eagle.draft(start, TreeShape(depth, 1, depth), None, rng, ranks=True)
+            t3 = time.perf_counter()
+            if r >= 2:
+                bare.append(t1 - t0)
+                chain.append(t3 - t2)
+    return statistics.median(bare), statistics.median(chain)

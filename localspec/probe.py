@@ -30,6 +30,10 @@ class Probe:
             self.wall[name] = self.wall.get(name, 0.0) + perf_counter() - w0
             self.cost[name] = self.cost.get(name, 0.0) + self.clock() - c0
 
+    def note(self, name: str, wall: float) -> None:
+        """Wall seconds measured elsewhere (a part of a span's time), read with the spans."""
+        self.wall[name] = self.wall.get(name, 0.0) + wall
+
     def take(self) -> tuple[dict[str, float], dict[str, float]]:
         """(wall, cost) seconds per phase since the last take; starts afresh."""
         out = self.wall, self.cost

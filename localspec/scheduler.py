@@ -16,7 +16,9 @@ from .sourcechoice import MAX_NGRAM_DEPTH, Choice, NGramOffer, SourceChoice
 from .tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 
 WAKE_AFTER = 256  # tokens a dormant drafter sleeps at least before a probe may wake it
-SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps
+SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps at the latest
+SLEEP_MIN = 4  # ... and before which it never does (its history is lost when it sleeps)
+EXPLORE_SHARE = 0.005  # of auto's plain decoding time, what probing a useless drafter may cost
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,13 @@ class Scheduler:
         self.choice: SourceChoice | None = None
         self.mode = Mode("plain")
         self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays
-        self._since_sleep = WAKE_AFTER  # tokens generated since the drafter was put to sleep
+        self._since_sleep = WAKE_AFTER  # auto's tokens since the drafter was put to sleep
         self._eagle_idle = 0  # auto's steps in a row without an EAGLE draft while it was fed
+        self._idle_tax = 0.0  # what staying fed cost over those steps (the ready tax each)
+        # a probe's round trip, from waking the drafter to putting it to sleep again: its cost
+        # beyond plain decoding so far (None: not in one), and the last one's in full
+        self._cycle: float | None = None
+        self._last_cycle = 0.0
 
     # --- calling ----------------------------------------------------------------------------
 
@@ -115,18 +122,25 @@ class Scheduler:
         self.choice = SourceChoice(self.cost, max_nodes=max(self.max_tree, 1))
 
     def start(self, mode: Mode) -> None:
-        """Begin a call: where no EAGLE drafting can pay, auto starts with the drafter unfed."""
+        """Begin a call. Auto starts with the drafter unfed where no EAGLE drafting can pay,
+        and a drafter auto put to sleep stays asleep from call to call until a probe is due
+        (waking it at every call would pay two switches of the taps and a probe per call).
+        Fixed modes leave auto's state alone."""
         self.mode = mode
-        self.dormant = mode.kind == "auto" and (
-            EAGLE not in mode.sources
-            or not self.has_drafter
-            or (self.cost is not None and self.cost.hopeless)
-        )
+        if mode.kind == "auto":
+            self.dormant = (
+                self.dormant
+                or EAGLE not in mode.sources
+                or not self.has_drafter
+                or (self.cost is not None and self.cost.hopeless)
+            )
 
     @property
     def feeds_drafter(self) -> bool:
         """Whether the call starts with the drafter fed."""
-        return self.has_drafter and self.mode.feeds_drafter and not self.dormant
+        if not (self.has_drafter and self.mode.feeds_drafter):
+            return False
+        return self.mode.kind != "auto" or not self.dormant
 
     @property
     def wants_ngram(self) -> bool:
@@ -162,11 +176,13 @@ class Scheduler:
         eagle = Plan(None, 1.0, self.cost.step_time(None))
         if self.has_drafter and EAGLE in self.mode.sources:
             eagle = self.cost.plan(budget)
-            # asleep, a probe waits until the evidence had time to fade: a cost estimate that
-            # moves (n-gram steps measure new verify sizes) must not flip the drafter on and off
-            patient = eagle.explore and self._since_sleep < WAKE_AFTER
+            # asleep, a probe waits until the evidence had time to fade and the plain steps
+            # since cover its cost many times over: a cost estimate that moves (n-gram steps
+            # measure new verify sizes) must not flip the drafter on and off
+            patient = eagle.explore and self._since_sleep < self._wake_after(eagle)
             if self.dormant and eagle.shape is not None and not patient:
                 self.dormant = False  # this step without EAGLE drafts, taps on: its first pair
+                self._cycle = 0.0
                 return self._ngram_only(budget, free_cells, offer, wake=True)
             if not self.dormant and eagle.shape is None and self.cost.hopeless:
                 self.dormant = True
@@ -178,15 +194,32 @@ class Scheduler:
             offer = None
         c = self.choice.choose(eagle, offer, min(budget, max(free_cells - 1, 0)))
         shape = self._fit(c.eagle.shape, budget, free_cells - c.ngram) if c.eagle.shape else None
-        # a drafter kept fed while other sources win costs its taps every step: after a while
-        # without an EAGLE draft it sleeps (the cost model's probes wake it later)
-        self._eagle_idle = 0 if shape is not None or self.dormant else self._eagle_idle + 1
-        if self._eagle_idle >= SLEEP_AFTER and self.has_drafter:
+        # a drafter kept fed while other sources win costs the ready tax every step: once
+        # that adds up to what sleeping and waking again costs (rent, then buy), or after
+        # SLEEP_AFTER steps at the latest, it sleeps (the cost model's probes wake it later)
+        if shape is not None or self.dormant:
+            self._eagle_idle, self._idle_tax = 0, 0.0
+        else:
+            self._eagle_idle += 1
+            self._idle_tax += self.cost.ready_tax
+        paid = self._idle_tax > 0 and self._idle_tax >= self.cost.rewake_cost()
+        tired = (paid and self._eagle_idle >= SLEEP_MIN) or self._eagle_idle >= SLEEP_AFTER
+        if tired and self.has_drafter and not self.dormant:
             self.dormant = True
             self._since_sleep = 0
-            self._eagle_idle = 0
+            self._eagle_idle, self._idle_tax = 0, 0.0
             return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
         return StepPlan(shape, c.ngram, c.ngram_alts, c)
+
+    def _wake_after(self, probe: Plan) -> float:
+        """Tokens a dormant drafter sleeps before this probe may wake it: WAKE_AFTER, or more
+        where waking (two switches, the fed wake step) and the probe's extra time would cost
+        more than EXPLORE_SHARE of plain decoding over that many tokens."""
+        assert self.cost is not None
+        plain = self.cost.step_time(None)
+        cycle = self.cost.rewake_cost() + max(probe.seconds - plain, 0.0)
+        cycle = max(cycle, self._last_cycle)  # what the last round trip cost, measured
+        return max(WAKE_AFTER, cycle / (EXPLORE_SHARE * plain))
 
     def _ngram_only(
         self, budget: int, free_cells: int, offer: NGramOffer | None, **flags: bool
@@ -238,12 +271,23 @@ class Scheduler:
         emitted: int,
     ) -> None:
         """Teach auto what the step cost and what was accepted."""
-        self._since_sleep += emitted
         if plan.choice is None or self.cost is None or self.choice is None:
             return
+        self._since_sleep += emitted  # auto's own tokens: its probes cost a share of them
+        if self._cycle is not None:
+            if plan.eagle is not None and not plan.choice.eagle.explore:
+                self._cycle = None  # the drafter pays again: no longer a probe's round trip
+            else:
+                spent = costs.verify + costs.flush + costs.draft + costs.lookup + costs.build
+                spent += costs.feed + costs.glue
+                self._cycle += spent - emitted * self.cost.step_time(None)
+                if plan.sleep:
+                    self._last_cycle, self._cycle = max(self._cycle, 0.0), None
         # EAGLE costs and ranks, and the verify curve (the cost model owns both)
         self.cost.observe(
             plan.eagle,
+            fed=not self.dormant,
+            switched=plan.wake or plan.sleep,
             verify_rows=verify_rows,
             t_verify=costs.verify,
             t_flush=costs.flush,

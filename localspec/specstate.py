@@ -130,11 +130,15 @@ class SpecState:
         shape, proposal = req.eagle, req.proposal
         tree = DraftTree()
         if shape is not None:
-            assert self.eagle is not None and self.fed, "EAGLE drafts need a fed drafter"
+            assert self.eagle is not None and self.drafter is not None and self.fed, (
+                "EAGLE drafts need a fed drafter"
+            )
+            busy = self.drafter.ctx.busy
             with self.probe.span("flush"):
                 start = self.eagle.flush()
             with self.probe.span("draft"):
                 tree = self.eagle.draft(start, shape, req.sampled, rng, ranks=req.ranks)
+            self.probe.note("eagle_native", self.drafter.ctx.busy - busy)
         if proposal is not None and req.ngram > 0:
             with self.probe.span("build"):
                 ng = self.ngram.draft(proposal, req.ngram, req.ngram_alts)

@@ -71,6 +71,11 @@ class Stats:
     t_target: float = 0.0  # seconds in target verify decodes
     t_draft: float = 0.0  # seconds in drafter encoder/decoder calls
     t_glue: float = 0.0  # the rest of the decoding loop (sampling, acceptance, bookkeeping)
+    # EAGLE drafting (writing the queued pairs, then each draft position): its seconds, the
+    # part of them in the drafter's native encodes and decodes, and the positions drafted
+    t_eagle: float = 0.0
+    t_eagle_native: float = 0.0
+    eagle_positions: int = 0
     generations: int = 0
     mode: str = ""  # "auto", "plain", "chain K" or "tree DxK/B" (the setting asked for)
     shapes: dict[str, int] = field(default_factory=dict)  # steps per shape actually run
@@ -141,6 +146,7 @@ class Stats:
             "drafted",
             "accepted",
             "generations",
+            "eagle_positions",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in (
@@ -149,6 +155,8 @@ class Stats:
             "t_target",
             "t_draft",
             "t_glue",
+            "t_eagle",
+            "t_eagle_native",
             "predicted_tokens",
             "predicted_seconds",
         ):
@@ -209,6 +217,18 @@ class Stats:
     def glue_per_step_us(self) -> float:
         return 1e6 * self.t_glue / self.steps if self.steps else 0.0
 
+    @property
+    def draft_native_ms(self) -> float:
+        """Milliseconds per EAGLE draft position in the drafter's native calls."""
+        return 1e3 * self.t_eagle_native / self.eagle_positions if self.eagle_positions else 0.0
+
+    @property
+    def draft_host_ms(self) -> float:
+        """Milliseconds per EAGLE draft position spent around them (Python, copies, numpy)."""
+        if not self.eagle_positions:
+            return 0.0
+        return 1e3 * max(self.t_eagle - self.t_eagle_native, 0.0) / self.eagle_positions
+
     def as_dict(self) -> dict[str, object]:
         return {
             "prompt_tokens": self.prompt_tokens,
@@ -226,6 +246,9 @@ class Stats:
             "t_target": self.t_target,
             "t_draft": self.t_draft,
             "t_glue": self.t_glue,
+            "eagle_positions": self.eagle_positions,
+            "draft_native_ms_per_position": self.draft_native_ms,
+            "draft_host_ms_per_position": self.draft_host_ms,
             "mode": self.mode,
             "shapes": dict(self.shapes),
             "predicted_tokens_per_s": self.predicted_tokens_per_s,

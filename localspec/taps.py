@@ -1,7 +1,8 @@
 """How the target's hidden states reach the drafter: llama.cpp's staging API where the graph
 records layer inputs (fast everywhere), else the graph's eval callback, which serves any
 architecture whose layers name their output ``l_out-<il>`` (the input of layer L is the output
-of layer L-1; on a GPU every node it copies splits the graph and synchronises).
+of layer L-1; on a GPU every node it copies splits the graph and synchronises). The callback is
+installed only while taps are on.
 """
 
 from __future__ import annotations
@@ -57,16 +58,19 @@ class StagingTaps:
 
 
 class CallbackTaps:
-    """Layer outputs copied out of the graph as it is computed (N.GraphTaps)."""
+    """Layer outputs copied out of the graph as it is computed (N.GraphTaps). While they are
+    off the callback is removed, so plain steps decode as a context without one does."""
 
     route = GRAPH
 
-    def __init__(self, graph: N.GraphTaps, nodes: list[bytes]) -> None:
-        self.graph, self.active = graph, False
-        graph.want(nodes)
+    def __init__(self, ctx: N.NativeContext, nodes: list[bytes]) -> None:
+        assert ctx.graph_taps is not None
+        self.ctx, self.graph, self.active = ctx, ctx.graph_taps, False
+        self.graph.want(nodes)
 
     def set_active(self, active: bool) -> None:
         self.graph.active = self.active = active
+        self.ctx.set_eval_callback(active)
 
     def read(self, n_rows: int, out: np.ndarray) -> None:
         w = self.graph.width

@@ -133,11 +133,13 @@ class Target:
             assert self.ctx.graph_taps is not None
             census: set[bytes] = set()
             self.ctx.graph_taps.census = census
+            self.ctx.set_eval_callback(True)
             try:
                 self.clear()
                 self.decode([max(self.model.bos, 0)], all_logits=False)
             finally:
                 self.ctx.graph_taps.census = None
+                self.ctx.set_eval_callback(False)  # installed again while taps are on
                 self.clear()
             self._census = census
         return self._census
@@ -151,7 +153,7 @@ class Target:
         else:
             assert self.ctx.graph_taps is not None and self._census is not None
             nodes = [input_node(lid, self._census) for lid in self.taps]
-            self._tap_source = CallbackTaps(self.ctx.graph_taps, [n for n in nodes if n])
+            self._tap_source = CallbackTaps(self.ctx, [n for n in nodes if n])
         self.set_taps_active(True)
 
     def set_taps_active(self, active: bool) -> None:

@@ -46,6 +46,15 @@ def test_run_set_measures_every_setting_on_every_prompt(agree, prompts):
     d = k3.as_dict(plain)
     assert d["speedup"] > 0 and len(d["acceptance_at"]) == 3
     assert auto.as_dict(plain)["shapes"] == auto.stats.shapes
+    # every EAGLE draft position is counted, its time split into native calls and the rest
+    st = k3.stats
+    assert st.eagle_positions == st.drafted and plain.stats.eagle_positions == 0
+    assert 0 < st.t_eagle_native < st.t_eagle <= st.t_draft
+    assert d["draft_host_ms_per_position"] == pytest.approx(
+        1e3 * (st.t_eagle - st.t_eagle_native) / st.eagle_positions
+    )
+    row = next(line for line in table.splitlines() if line.strip().startswith("k=3"))
+    assert f"{st.draft_host_ms:8.3f}" in row
 
 
 def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):

@@ -10,13 +10,13 @@ import sys
 
 import numpy as np
 import pytest
-from test_costmodel import CPU_RATIO, feed, inject_costs, model
 
 import localspec
 from localspec import costmodel as cm
 from localspec.lowlevel import parts
 
 from conftest import EXACT
+from test_costmodel import CPU_RATIO, feed, inject_costs, model
 
 
 @pytest.mark.parametrize("k", [1, 2, 5, 10])

@@ -47,6 +47,38 @@ def test_callback_taps_equal_staging_taps_exactly(models) -> None:
         graph.close()
 
 
+def test_the_callback_is_removed_while_taps_are_off(models) -> None:
+    """Plain steps of a callback-tapped target run without the callback: ggml asks it about no
+    node (each ask enters Python, about a millisecond a decode on a GPU, and splits the
+    graph). Switched on again, it copies the very rows the staging API keeps."""
+    staged = Target(models["target"], RT)
+    graph = Target(models["target"], RT, tap_route=GRAPH)
+    try:
+        staged.enable_taps(TAPS)
+        graph.enable_taps(TAPS)
+        assert graph.ctx.callback_switchable
+        assert graph.ctx.graph_taps is not None
+        asked: set[bytes] = set()
+        graph.ctx.graph_taps.census = asked
+        rng = np.random.default_rng(2)
+        for on in (False, True, False, True):
+            graph.set_taps_active(on)
+            staged.set_taps_active(on)
+            asked.clear()
+            toks = [int(t) for t in rng.integers(0, tm.N_VOCAB - 3, 5)]
+            a = staged.decode(toks, all_logits=True).copy()
+            b = graph.decode(toks, all_logits=True).copy()
+            np.testing.assert_array_equal(a, b)
+            if on:
+                assert {b"l_out-1", b"l_out-2"} <= asked
+                np.testing.assert_array_equal(staged.read_taps(5), graph.read_taps(5))
+            else:
+                assert asked == set()
+    finally:
+        staged.close()
+        graph.close()
+
+
 def test_a_tap_the_graph_does_not_name_is_refused(models) -> None:
     t = Target(models["target"], RT, tap_route=GRAPH)
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from chisquare import SP, chi2_critical, chi2_of_samples, exact_distribution
-from test_costmodel import inject_costs
 
 import localspec
 from localspec import step as step_mod
@@ -22,6 +21,7 @@ from localspec.tree import TreeShape
 
 from conftest import EXACT
 from greedy import QUANT_MARGIN, assert_greedy_lossless
+from test_costmodel import inject_costs
 
 FLAT = 15e-3  # an injected GPU-like verify curve: any draft costs what a plain step costs
 

@@ -20,6 +20,7 @@ from localspec.session_cache import SessionCache
 import tinymodels as tm
 from conftest import EXACT
 from greedy import F32_MARGIN, replay_plain_greedy
+from test_costmodel import inject_costs
 
 TURNS = ["Tell me about the sea.", "And the mountains?", "Which is older?"]
 
@@ -92,9 +93,14 @@ def test_the_next_turn_after_a_restore(models, tmp_path, mode) -> None:
 @pytest.mark.parametrize(
     "mode", [{"n_draft": 4}, {"tree": (4, 2, 8)}, {}], ids=["chain", "tree", "auto"]
 )
-def test_acceptance_after_a_restore_equals_a_fresh_engines(agree, tmp_path, mode) -> None:
+def test_acceptance_after_a_restore_equals_a_fresh_engines(
+    agree, tmp_path, mode, monkeypatch
+) -> None:
     """A drafter cache restored wrong (pairs, queued rows, positions) would accept less; a
-    restored engine drafts as a fresh one does."""
+    restored engine drafts as a fresh one does. Auto's choices follow measured costs: the two
+    engines are priced alike (an injected cost clock), so only their caches can tell them
+    apart (on the wall clock a step's timing once clipped a draft differently, 42 against 43
+    accepted tokens)."""
     target, draft = agree
     path = tmp_path / "agree.session"
     kw = {"max_tokens": 50, **mode}
@@ -105,6 +111,8 @@ def test_acceptance_after_a_restore_equals_a_fresh_engines(agree, tmp_path, mode
         msgs.append({"role": "user", "content": turns[2]})
         went_on = chat(a, msgs, **kw)
     with load(target, draft) as b, load(target, draft) as c:
+        for eng in (b, c):
+            inject_costs(monkeypatch, eng, lambda n: 10e-3 * (1 + 0.05 * n))
         b.load_session(path)
         got, fresh = chat(b, msgs, **kw), chat(c, msgs, **kw)
         assert got.tokens == fresh.tokens == went_on.tokens

@@ -8,7 +8,6 @@ import itertools
 
 import numpy as np
 import pytest
-from test_costmodel import CPU_RATIO, inject_costs
 
 import localspec
 from localspec import costmodel as cm
@@ -27,6 +26,7 @@ from localspec.tree import TreeShape
 
 from conftest import EXACT
 from greedy import assert_greedy_lossless
+from test_costmodel import CPU_RATIO, inject_costs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 FLAT = {n: 10e-3 * (1 + 0.01 * n) for n in SIZES}  # GPU-like: a draft costs almost nothing

@@ -482,7 +482,10 @@ class NativeContext:
 
     def nextn(self, n_rows: int, width: int) -> np.ndarray:
         """The eagle3 states of the last encode/decode (g rows, or the decoder's pre-norm h)."""
-        return float_rows(get_embeddings_nextn(self.ptr), n_rows, width)
+        addr = _nextn_addr(self.ptr)
+        if not addr:
+            raise GenerationError("llama.cpp returned no hidden-state rows")
+        return _view(addr, n_rows * width).reshape(n_rows, width)
 
     def nextn_ith(self, i: int, width: int) -> np.ndarray:
         return float_rows(get_embeddings_nextn_ith(self.ptr, i), 1, width)[0]
@@ -569,6 +572,7 @@ class Batch:
         self.seq_ids = np.zeros((capacity, seqs_per_row), dtype=np.int32)
         self.logits = np.zeros(capacity, dtype=np.int8)
         self.embd = np.zeros((capacity, embd), dtype=np.float32) if embd else None
+        self._steps = np.arange(capacity, dtype=np.int32)  # consecutive positions from 0
         self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
             *[
                 ctypes.cast(self.seq_ids[i].ctypes.data, ctypes.POINTER(ctypes.c_int32))
@@ -589,7 +593,7 @@ class Batch:
         """Use the first n rows at consecutive positions pos0.. of sequence 0."""
         if n > self.capacity:
             raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
-        self.pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        np.add(self._steps[:n], pos0, out=self.pos[:n])
         self.n_seq_id[:n] = 1
         self.seq_ids[:n, 0] = 0
         self.logits[:n] = 1 if all_logits else 0
@@ -782,6 +786,7 @@ _logits_ith_addr = _bind_c("llama_get_logits_ith", [_ctx_p, ctypes.c_int32], _vp
 _nextn_ith_addr = _bind_c(
     _STAGING["get_embeddings_nextn_ith"][0], [_ctx_p, ctypes.c_int32], _vp, own=True
 )
+_nextn_addr = _bind_c(_STAGING["get_embeddings_nextn"][0], [_ctx_p], _vp, own=True)
 _ggml_get_name = _bind_c("ggml_get_name", [_vp], ctypes.c_char_p)
 _ggml_tensor_get = _bind_c(
     "ggml_backend_tensor_get", [_vp, _vp, ctypes.c_size_t, ctypes.c_size_t], None

@@ -232,14 +232,16 @@ class Drafter:
     def encode(self, taps: np.ndarray) -> np.ndarray:
         """g = fc(taps) for each row (per-tap RMS first for EAGLE-3.1 fc_norm); returns a copy."""
         n = taps.shape[0]
-        if self.spec.fc_norm:
-            taps = per_tap_rms(taps, len(self.spec.taps), self.spec.fc_norm_eps)
         out = np.empty((n, self.n_embd), dtype=np.float32)
         b = self._enc_batch
         assert b.embd is not None
+        k = len(self.spec.taps)
         for i in range(0, n, self.n_batch):
             m = min(self.n_batch, n - i)
-            b.embd[:m] = taps[i : i + m]
+            if self.spec.fc_norm:  # normalised straight into the batch: no copy of the taps
+                per_tap_rms(taps[i : i + m], k, self.spec.fc_norm_eps, out=b.embd[:m])
+            else:
+                b.embd[:m] = taps[i : i + m]
             # The encoder ignores positions, but llama.cpp wants them right after the cache.
             b.set(m, self.ctx.seq_pos_max() + 1, all_logits=True)
             self.ctx.encode(b, "drafter encoder")
@@ -388,15 +390,16 @@ class Drafter:
         self.model.close()
 
 
-def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
-    x = x.astype(np.float32, copy=False)
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-
-
-def per_tap_rms(taps: np.ndarray, n_taps: int, eps: float) -> np.ndarray:
-    """Divide each of the n_taps equal-width slices of every row by its own RMS."""
+def per_tap_rms(
+    taps: np.ndarray, n_taps: int, eps: float, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Divide each of the n_taps equal-width slices of every row by its own RMS (into out,
+    [rows, width] float32, when given: a step's few rows cost a handful of numpy calls)."""
     n, w = taps.shape
     parts = taps.astype(np.float32, copy=False).reshape(n, n_taps, w // n_taps)
     ss = np.einsum("ijk,ijk->ij", parts, parts)  # no squared copy of the taps
-    scale = (1.0 / np.sqrt(ss / (w // n_taps) + eps)).astype(np.float32)
-    return (parts * scale[:, :, None]).reshape(n, w)
+    scale = ((ss * np.float32(n_taps / w) + np.float32(eps)) ** -0.5).astype(np.float32)
+    if out is None:
+        out = np.empty((n, w), dtype=np.float32)
+    np.multiply(parts, scale[:, :, None], out=out.reshape(n, n_taps, w // n_taps))
+    return out

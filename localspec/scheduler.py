@@ -104,6 +104,7 @@ class Scheduler:
         # a probe's round trip, from waking the drafter to putting it to sleep again: its cost
         # beyond plain decoding so far (None: not in one), and the last one's in full
         self._cycle: float | None = None
+        self._cycle_steps = 0
         self._last_cycle = 0.0
 
     # --- calling ----------------------------------------------------------------------------
@@ -176,13 +177,15 @@ class Scheduler:
         eagle = Plan(None, 1.0, self.cost.step_time(None))
         if self.has_drafter and EAGLE in self.mode.sources:
             eagle = self.cost.plan(budget)
-            # asleep, a probe waits until the evidence had time to fade and the plain steps
-            # since cover its cost many times over: a cost estimate that moves (n-gram steps
-            # measure new verify sizes) must not flip the drafter on and off
-            patient = eagle.explore and self._since_sleep < self._wake_after(eagle)
+            # asleep, a draft waits until the evidence had time to fade and the plain steps
+            # since cover a probe's cost many times over. That holds for a plan on the mean
+            # estimates too: asleep, the drafter gathers no evidence, so its estimates only
+            # drift back towards the prior as the old evidence fades; and a cost estimate that
+            # moves (n-gram steps measure new verify sizes) must not flip it on and off
+            patient = self._since_sleep < self._wake_after(eagle)
             if self.dormant and eagle.shape is not None and not patient:
                 self.dormant = False  # this step without EAGLE drafts, taps on: its first pair
-                self._cycle = 0.0
+                self._cycle, self._cycle_steps = 0.0, 0
                 return self._ngram_only(budget, free_cells, offer, wake=True)
             if not self.dormant and eagle.shape is None and self.cost.hopeless:
                 self.dormant = True
@@ -275,14 +278,14 @@ class Scheduler:
             return
         self._since_sleep += emitted  # auto's own tokens: its probes cost a share of them
         if self._cycle is not None:
-            if plan.eagle is not None and not plan.choice.eagle.explore:
-                self._cycle = None  # the drafter pays again: no longer a probe's round trip
-            else:
-                spent = costs.verify + costs.flush + costs.draft + costs.lookup + costs.build
-                spent += costs.feed + costs.glue
-                self._cycle += spent - emitted * self.cost.step_time(None)
-                if plan.sleep:
-                    self._last_cycle, self._cycle = max(self._cycle, 0.0), None
+            spent = costs.verify + costs.flush + costs.draft + costs.lookup + costs.build
+            spent += costs.feed + costs.glue
+            self._cycle += spent - emitted * self.cost.step_time(None)
+            self._cycle_steps += 1
+            if plan.sleep:
+                self._last_cycle, self._cycle = max(self._cycle, 0.0), None
+            elif self._cycle_steps >= SLEEP_AFTER:
+                self._cycle = None  # it stayed awake: drafting pays again, not a round trip
         # EAGLE costs and ranks, and the verify curve (the cost model owns both)
         self.cost.observe(
             plan.eagle,

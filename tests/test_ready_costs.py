@@ -165,8 +165,10 @@ def test_auto_with_a_useless_drafter_runs_at_plains_speed_where_verifying_is_fla
             return out
 
         price_target_decodes(monkeypatch, costly)
-        eng.complete("abcdefgh", max_tokens=200)  # calibrates, then probes the drafter
-        cost = parts(eng).scheduler.cost
+        eng.complete("abcdefgh", max_tokens=2)  # calibrates
+        sched = parts(eng).scheduler
+        cost = sched.cost
+        assert cost is not None and not sched.dormant
         assert cost.plain[True].value / cost.plain[False].value == pytest.approx(1.08, abs=0.01)
         assert cost.switch.value == pytest.approx(SWITCH, rel=0.3)
         # the drafter was right a moment ago (say, on another topic): auto drafts until its
@@ -175,6 +177,7 @@ def test_auto_with_a_useless_drafter_runs_at_plains_speed_where_verifying_is_fla
             cost.acceptance.observe(0, 0)
         cost._plan = None
         eng.complete("abcdefgh", max_tokens=600)
+        assert sched.dormant  # it was put to sleep
         assert cost.verify(1) == pytest.approx(T1 * TAPS_ON, rel=0.02)
         per_token = {}
         for mode, kw in (("plain", {"n_draft": 0}), ("auto", {})):

@@ -89,7 +89,7 @@ def switch_costs(path: str, taps: tuple, threads: int, context: int = 512, gpu_l
             t.decode([7], all_logits=False)
             steady.append(time.perf_counter() - t0)
             t.keep(context)
-            t.set_taps_active(i % 2 == 0)
+            t.set_taps_active(i % 2 == 1)  # taps start on: every round switches them
             t0 = time.perf_counter()
             t.decode([7], all_logits=False)
             flip.append(time.perf_counter() - t0 - steady[-1])

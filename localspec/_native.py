@@ -136,7 +136,6 @@ _S = _bind_staging()
 set_embeddings_layer_inp = _S["set_embeddings_layer_inp"]
 get_embeddings_layer_inp = _S["get_embeddings_layer_inp"]
 set_embeddings_nextn = _S["set_embeddings_nextn"]
-get_embeddings_nextn = _S["get_embeddings_nextn"]
 get_embeddings_nextn_ith = _S["get_embeddings_nextn_ith"]
 model_target_layer_ids = _S["model_target_layer_ids"]
 model_target_layer_ids_n = _S["model_target_layer_ids_n"]
@@ -387,7 +386,7 @@ class NativeContext:
         self.mem = C.llama_get_memory(ptr)
         self._kept_layers: set[int] = set()
         self.busy = 0.0  # wall seconds inside llama_decode and llama_encode so far
-        self._views: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._views: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
         # where the context keeps its eval callback, so plain steps can run without it
         self._cb_slot = _callback_slot(ptr, graph_taps) if graph_taps is not None else None
         self._cb_on = graph_taps is not None
@@ -423,24 +422,21 @@ class NativeContext:
         """The logits of the first n_rows output rows."""
         return float_rows(C.llama_get_logits(self.ptr), n_rows, self.n_vocab)
 
-    def logits_ith(self, i: int) -> np.ndarray:
-        ptr = C.llama_get_logits_ith(self.ptr, i)
-        if not ptr:
-            raise GenerationError(f"llama.cpp returned no logits for row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-
     def outputs(self, i: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Views of output row i's logits and eagle3 state (valid until the next decode). A
         view is made once per place in llama.cpp's output buffer and then reused, so a draft
-        step pays two calls and no allocation."""
+        step pays two calls and no allocation. The first call waits for the device (llama.cpp
+        synchronises there), so its time counts as the decode's (busy)."""
+        t0 = perf_counter()
         lo, h = _logits_ith_addr(self.ptr, i), _nextn_ith_addr(self.ptr, i)
+        self.busy += perf_counter() - t0
         if not lo or not h:
             raise GenerationError(f"llama.cpp returned no output for row {i}")
-        views = self._views.get((lo, h))
+        views = self._views.get((lo, h, width))
         if views is None:
             if len(self._views) > 4 * self.n_batch:  # the buffer moved many times: start over
                 self._views.clear()
-            views = self._views[lo, h] = (_view(lo, self.n_vocab), _view(h, width))
+            views = self._views[lo, h, width] = (_view(lo, self.n_vocab), _view(h, width))
         return views
 
     def keep_layer_input(self, layer: int, keep: bool) -> None:
@@ -466,7 +462,7 @@ class NativeContext:
         computes the graph in pieces. So the slot is written directly (found at creation by
         the user-data tag beside it), and a scheduler reserve, which the staging call below
         requests, makes the next decode build its graph with the new value."""
-        if self._cb_slot is None or self.graph_taps is None:
+        if self._cb_slot is None or self.graph_taps is None or not self.ptr:
             return False
         if on != self._cb_on:
             ctypes.c_void_p.from_address(self._cb_slot).value = (
@@ -482,7 +478,9 @@ class NativeContext:
 
     def nextn(self, n_rows: int, width: int) -> np.ndarray:
         """The eagle3 states of the last encode/decode (g rows, or the decoder's pre-norm h)."""
-        addr = _nextn_addr(self.ptr)
+        t0 = perf_counter()
+        addr = _nextn_addr(self.ptr)  # waits for the device, as outputs() does
+        self.busy += perf_counter() - t0
         if not addr:
             raise GenerationError("llama.cpp returned no hidden-state rows")
         return _view(addr, n_rows * width).reshape(n_rows, width)
@@ -556,6 +554,8 @@ class NativeContext:
         if getattr(self, "ptr", None):
             C.llama_free(self.ptr)
             self.ptr = None
+            self._cb_slot = None  # it lay inside the freed context
+            self._views.clear()
 
 
 class Batch:

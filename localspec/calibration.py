@@ -149,7 +149,8 @@ def _ready_costs(target: Target, context: list[int], clock: Clock) -> ReadyCosts
     for on in (False, True):
         target.set_taps_active(on)
         t1[on] = _best_time(one, clock)
-    switch = min(min(after[on]) - t1[on] for on in (False, True))
+    # the best of each direction, averaged: sleeping and waking again pays one of each
+    switch = sum(min(after[on]) - t1[on] for on in (False, True)) / 2
     return ReadyCosts(t1[True], t1[False], max(switch, 0.0))
 
 

@@ -35,7 +35,7 @@ MAX_DEPTH = 10  # deepest draft auto considers
 TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
-REFRESH_T1 = 32  # drafting steps after which one plain step measures t(1) again
+REFRESH_T1 = 32  # drafting steps after which plain steps measure t(1) again (two: see observe)
 UCB_Z = 1.5  # optimism of the exploration bound
 # prior rank distribution at the first draft position (then each depth borrows the one above)
 _PRIOR0 = np.array([0.5, 0.1, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01, 0.26])
@@ -269,8 +269,7 @@ class Verdict:
             )
             what = "no EAGLE drafts" if self.ngram else "plain decoding"
             ready = (
-                f"; keeping the drafter fed costs {self.ready_tax:.0%} a plain step, so it "
-                "sleeps until a probe is due"
+                f"; keeping the drafter fed costs {self.ready_tax:.0%} a plain step"
                 if self.ready_tax >= 0.005
                 else ""
             )
@@ -379,9 +378,10 @@ class CostModel:
             for fed, t in ((True, ready.t1_on), (False, ready.t1_off))
         }
         self.t1_off = _Recent(ready.t1_off, WINDOW + 2, CALIBRATION_REPS)  # the decode alone
-        # t(1) when the unfed plain step was last measured: while the drafter is fed, the
-        # unfed cost follows the context's growth with t(1)
-        self._unfed_base = t1
+        # the fed t(1) first measured after the unfed plain step was: while the drafter stays
+        # fed, the unfed cost follows the context's growth with t(1) from there (None: no fed
+        # one-token decode measured since, so the unfed cost is as measured)
+        self._unfed_base: float | None = t1
         self.switch = _Recent(ready.switch, WINDOW, CALIBRATION_REPS)
         self.glue = {  # guesses, replaced by the first measurement
             "chain": _Recent(80e-6, WINDOW),
@@ -416,7 +416,8 @@ class CostModel:
         """Expected seconds of a step; plain (None): plain decoding's, with the drafter unfed
         (what every draft must beat, since a drafter that does not pay is put to sleep)."""
         if shape is None:
-            return self.plain[False].value * self.verify(1) / self._unfed_base
+            grown = self.verify(1) / self._unfed_base if self._unfed_base else 1.0
+            return self.plain[False].value * grown
         k = shape.top_k
         mode = "chain" if shape.is_chain else "tree"
         nodes = min(shape.budget, shape.depth) if shape.is_chain else shape.budget
@@ -470,10 +471,11 @@ class CostModel:
                     best = Plan(shape, float(gain[i]), float(times[i]))
         return best
 
-    def plan(self, budget: int) -> Plan:
-        """The shape for the next step; budget caps the draft depth (tokens or context left).
-        The search is repeated when new evidence arrived (at most every 4 steps once there is
-        plenty) or every 64 steps; in between the last plan is reused."""
+    def plan(self, budget: int, *, fed: bool = True) -> Plan:
+        """The shape for the next step; budget caps the draft depth (tokens or context left);
+        fed: the drafter is fed now (asleep, t(1) is not refreshed: the plan is what would
+        wake it). The search is repeated when new evidence arrived (at most every 4 steps once
+        there is plenty) or every 64 steps; in between the last plan is reused."""
         self._steps_since_plan += 1
         # while evidence is thin every new observation counts: replan at once
         every = 1 if self.acceptance.counts[0].sum() < 32 else 4
@@ -483,7 +485,7 @@ class CostModel:
             self._replan()
         plan = self._plan
         assert plan is not None
-        if plan.shape is not None and self._steps_since_t1 >= REFRESH_T1:
+        if fed and plan.shape is not None and self._steps_since_t1 >= REFRESH_T1:
             # drafting for a long while: plain decoding's own cost (the bar drafting must beat)
             # was not measured since; one plain step measures it again
             return Plan(None, 1.0, self.step_time(None), explore=True)
@@ -583,15 +585,16 @@ class CostModel:
         # plain steps learn from settled ones only: a refresh runs two plain steps
         prev, self._last_rows = self._last_rows, verify_rows
         settled = verify_rows > 1 or prev == 1
-        if verify_rows == 1 and settled:
-            self._steps_since_t1 = 0
+        if verify_rows == 1 and settled and fed and not switched:
+            self._steps_since_t1 = 0  # the curve's t(1) learns from this one
         else:
             self._steps_since_t1 += 1
         if shape is not None and self._plan is not None and self._plan.explore:
             self._plan = None  # a probe is one step (once it ran): decide again afterwards
         if switched:
-            expected = self.verify(verify_rows) if fed or verify_rows > 1 else self.t1_off.value
-            self.switch.update(max(t_verify - expected, 0.0))
+            if verify_rows == 1:  # a one-token decode's cost is known both ways
+                expected = self.verify(1) if fed else self.t1_off.value
+                self.switch.update(max(t_verify - expected, 0.0))
         elif settled:
             self._observe_costs(shape, verify_rows, t_verify, t_flush, t_draft, t_glue, fed)
         for depth, rank in ranks:
@@ -619,6 +622,8 @@ class CostModel:
                 self.plain[state].update(t_verify + t_glue + t_draft)
             if not (fed and self.tapped):
                 self.t1_off.update(t_verify)
+                self._unfed_base = None if self.tapped else self.verify(1)
+            elif self._unfed_base is None:
                 self._unfed_base = self.verify(1)
         if shape is not None:
             self.flush.update(t_flush)

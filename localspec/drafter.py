@@ -401,5 +401,6 @@ def per_tap_rms(
     scale = ((ss * np.float32(n_taps / w) + np.float32(eps)) ** -0.5).astype(np.float32)
     if out is None:
         out = np.empty((n, w), dtype=np.float32)
+    assert out.flags.c_contiguous and out.dtype == np.float32  # reshaped as a view below
     np.multiply(parts, scale[:, :, None], out=out.reshape(n, n_taps, w // n_taps))
     return out

@@ -18,6 +18,9 @@ from .tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 WAKE_AFTER = 256  # tokens a dormant drafter sleeps at least before a probe may wake it
 SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps at the latest
 SLEEP_MIN = 4  # ... and before which it never does (its history is lost when it sleeps)
+# why auto's drafter sleeps: no drafting pays even on optimistic acceptance; other sources win;
+# the call's options leave it out (no EAGLE source or no drafter)
+HOPELESS, IDLE, OPTIONS = "hopeless", "idle", "options"
 EXPLORE_SHARE = 0.005  # of auto's plain decoding time, what probing a useless drafter may cost
 
 
@@ -98,6 +101,7 @@ class Scheduler:
         self.choice: SourceChoice | None = None
         self.mode = Mode("plain")
         self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays
+        self._asleep_for: str | None = None  # why it is (HOPELESS, IDLE or OPTIONS)
         self._since_sleep = WAKE_AFTER  # auto's tokens since the drafter was put to sleep
         self._eagle_idle = 0  # auto's steps in a row without an EAGLE draft while it was fed
         self._idle_tax = 0.0  # what staying fed cost over those steps (the ready tax each)
@@ -128,13 +132,16 @@ class Scheduler:
         (waking it at every call would pay two switches of the taps and a probe per call).
         Fixed modes leave auto's state alone."""
         self.mode = mode
-        if mode.kind == "auto":
-            self.dormant = (
-                self.dormant
-                or EAGLE not in mode.sources
-                or not self.has_drafter
-                or (self.cost is not None and self.cost.hopeless)
-            )
+        if mode.kind != "auto":
+            return
+        if EAGLE not in mode.sources or not self.has_drafter:
+            self.dormant, self._asleep_for = True, OPTIONS
+        elif self.dormant and self._asleep_for != OPTIONS:
+            pass  # asleep by auto's own judgement: it sleeps on until a draft is due
+        elif self.cost is not None and self.cost.hopeless:
+            self.dormant, self._asleep_for = True, HOPELESS
+        else:
+            self.dormant, self._asleep_for = False, None
 
     @property
     def feeds_drafter(self) -> bool:
@@ -176,19 +183,14 @@ class Scheduler:
         assert self.cost is not None and self.choice is not None
         eagle = Plan(None, 1.0, self.cost.step_time(None))
         if self.has_drafter and EAGLE in self.mode.sources:
-            eagle = self.cost.plan(budget)
-            # asleep, a draft waits until the evidence had time to fade and the plain steps
-            # since cover a probe's cost many times over. That holds for a plan on the mean
-            # estimates too: asleep, the drafter gathers no evidence, so its estimates only
-            # drift back towards the prior as the old evidence fades; and a cost estimate that
-            # moves (n-gram steps measure new verify sizes) must not flip it on and off
-            patient = self._since_sleep < self._wake_after(eagle)
-            if self.dormant and eagle.shape is not None and not patient:
-                self.dormant = False  # this step without EAGLE drafts, taps on: its first pair
+            eagle = self.cost.plan(budget, fed=not self.dormant)
+            room = min(budget, max(free_cells - 1, 0))
+            if self.dormant and eagle.shape is not None and self._wakes(eagle, offer, room):
+                self.dormant, self._asleep_for = False, None  # taps on: this step's first pair
                 self._cycle, self._cycle_steps = 0.0, 0
                 return self._ngram_only(budget, free_cells, offer, wake=True)
             if not self.dormant and eagle.shape is None and self.cost.hopeless:
-                self.dormant = True
+                self.dormant, self._asleep_for = True, HOPELESS
                 self._since_sleep = 0
                 return self._ngram_only(budget, free_cells, offer, sleep=True)
             if self.dormant:
@@ -208,11 +210,25 @@ class Scheduler:
         paid = self._idle_tax > 0 and self._idle_tax >= self.cost.rewake_cost()
         tired = (paid and self._eagle_idle >= SLEEP_MIN) or self._eagle_idle >= SLEEP_AFTER
         if tired and self.has_drafter and not self.dormant:
-            self.dormant = True
+            self.dormant, self._asleep_for = True, IDLE
             self._since_sleep = 0
             self._eagle_idle, self._idle_tax = 0, 0.0
             return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
         return StepPlan(shape, c.ngram, c.ngram_alts, c)
+
+    def _wakes(self, eagle: Plan, offer: NGramOffer | None, budget: int) -> bool:
+        """Whether a dormant drafter is woken for this plan. Put to sleep because other
+        sources won, it wakes when the EAGLE plan would win this step. Otherwise (nothing paid,
+        or a probe on the optimistic bound) it waits until the plain steps since it fell asleep
+        cover a probe's round trip (_wake_after): asleep, it gathers no evidence, so even its
+        mean estimates only drift back towards the prior as the old evidence fades, and a
+        cost estimate that moves must not flip it on and off."""
+        if self._asleep_for == IDLE and not eagle.explore:
+            assert self.choice is not None
+            if NGRAM not in self.mode.sources:
+                offer = None
+            return self.choice.choose(eagle, offer, budget).eagle.shape is not None
+        return self._since_sleep >= self._wake_after(eagle)
 
     def _wake_after(self, probe: Plan) -> float:
         """Tokens a dormant drafter sleeps before this probe may wake it: WAKE_AFTER, or more

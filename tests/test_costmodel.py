@@ -200,7 +200,7 @@ def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) 
         return out
 
     price_target_decodes(monkeypatch, costly)
-    for name in ("decode", "decode_frontier", "encode"):
+    for name in ("decode", "decode_frontier", "encode", "chain_next"):
         real = getattr(Drafter, name)
 
         def priced(self, *a, _real=real, **kw):

@@ -127,6 +127,22 @@ def test_a_drafter_put_to_sleep_stays_asleep_from_call_to_call() -> None:
     assert not sched.feeds_drafter
 
 
+def test_a_drafter_asleep_because_other_sources_won_wakes_when_it_would_win() -> None:
+    """The n-gram index stops matching: the EAGLE plan wins the very next step, so the drafter
+    is woken then (no waiting for a probe's due time, which is for a drafter that did not
+    pay); a drafter left out by a call's options is fed again by the next call that drafts
+    with it."""
+    sched = Scheduler(has_drafter=True, max_tree=30, max_top_k=4)
+    idle_steps_until_sleep(cm.ReadyCosts(10.8e-3, 10e-3, 2e-3), sched)
+    assert sched.dormant
+    plan = sched.plan(100, 1000, None)  # nothing to copy from the context
+    assert plan.wake and not sched.dormant
+    sched.start(Mode("auto", sources=frozenset({NGRAM})))
+    assert sched.dormant and not sched.feeds_drafter
+    sched.start(Mode("auto", sources=frozenset({EAGLE, NGRAM})))
+    assert sched.feeds_drafter
+
+
 @pytest.fixture(scope="module")
 def useless(tmp_path_factory) -> tuple[str, str]:
     """The agreeing pair's target with a random drafter (never accepted)."""

@@ -733,7 +733,9 @@ def _callback_slot(ctx_ptr: Any, graph_taps: GraphTaps) -> int | None:
 
 
 def _view(addr: int, n: int) -> np.ndarray:
-    return np.frombuffer((ctypes.c_float * n).from_address(addr), dtype=np.float32)
+    """n float32 values at a C address, as an array that does not own them."""
+    cells: Any = (ctypes.c_float * n).from_address(addr)  # a buffer numpy reads in place
+    return np.frombuffer(cells, dtype=np.float32)
 
 
 def float_rows(ptr: Any, n_rows: int, width: int) -> np.ndarray:

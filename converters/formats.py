@@ -278,7 +278,7 @@ def parse_config(cfg: dict[str, Any]) -> DrafterConfig:
             f"head_dim {head_dim} x {n_head} heads != hidden {hidden}: llama.cpp's eagle3 graph "
             "needs head_dim = hidden_size / num_attention_heads"
         )
-    scaling = layer.get("rope_scaling") or None
+    scaling = layer.get("rope_scaling") or layer.get("rope_parameters") or None
     kind = (scaling.get("rope_type") or scaling.get("type")) if scaling else None
     if kind not in (None, "default", "llama3"):
         raise CheckpointError(f"rope_scaling type '{kind}' is not supported (default, llama3)")
@@ -301,7 +301,12 @@ def parse_config(cfg: dict[str, Any]) -> DrafterConfig:
         rms_eps=float(layer.get("rms_norm_eps", 1e-6)),
         # absent means 10000 (Hugging Face's LlamaConfig default), also when the target uses
         # another base: the EAGLE reference's Llama-3.1-8B drafter trained that way
-        rope_theta=float(layer.get("rope_theta") or 10000.0),
+        # transformers 5 (speculators 0.9) nests it in rope_parameters
+        rope_theta=float(
+            layer.get("rope_theta")
+            or (layer.get("rope_parameters") or {}).get("rope_theta")
+            or 10000.0
+        ),
         context_length=int(layer.get("max_position_embeddings", 4096)),
         vocab_size=layer.get("vocab_size"),
         draft_vocab_size=cfg.get("draft_vocab_size") or layer.get("draft_vocab_size"),

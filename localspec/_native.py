@@ -601,16 +601,19 @@ class Batch:
             self.logits[n - 1] = 1
         self.struct.n_tokens = n
 
-    def set_rows(self, pos: np.ndarray, seq: np.ndarray, *, logits: bool = True) -> None:
+    def set_rows(
+        self, pos: np.ndarray, seq: np.ndarray, *, logits: bool | np.ndarray = True
+    ) -> None:
         """Use the first len(pos) rows at explicit positions and sequence ids (multi-sequence
-        batches: parallel generation); outputs on every row when logits is set."""
+        batches: parallel generation); outputs on every row when logits is set, or on the rows
+        a boolean array marks."""
         n = len(pos)
         if n > self.capacity:
             raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
         self.pos[:n] = pos
         self.n_seq_id[:n] = 1
         self.seq_ids[:n, 0] = seq
-        self.logits[:n] = 1 if logits else 0
+        self.logits[:n] = logits if isinstance(logits, np.ndarray) else (1 if logits else 0)
         self.struct.n_tokens = n
 
     def set_tree(self, pos: np.ndarray, seqs: list[list[int]]) -> None:

@@ -314,6 +314,35 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--time-budget", default=None, help="stop training after this long: 900, 15m, 2h"
     )
+    tr.add_argument(
+        "--epochs", type=float, default=None, help="stop after this many passes over the data"
+    )
+    tr.add_argument(
+        "--loss",
+        default="kl",
+        choices=["kl", "lk"],
+        help="kl: cross-entropy against the target's labels (default); lk: LK-hybrid, which "
+        "moves to the acceptance rate itself as the drafter starts to agree",
+    )
+    tr.add_argument(
+        "--eval-data",
+        help="estimate acceptance on this feature folder (another run's DIR or DIR/data, "
+        "e.g. the target's own replies to prompts kept out of training) instead of 3%% of "
+        "the training data",
+    )
+    tr.add_argument("--eval-every", type=int, default=100, help="steps between estimates")
+    tr.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="bf16: bfloat16 matmuls, float32 weights; auto (default): bf16 where the "
+        "hardware has it (CUDA, CPUs with AVX512-BF16 or AMX), else fp32",
+    )
+    tr.add_argument(
+        "--verifier",
+        help="the Hugging Face model the target GGUF was made from (e.g. "
+        "HuggingFaceTB/SmolLM2-135M-Instruct), recorded in DIR/speculators for vLLM",
+    )
     tr.add_argument("--lr", type=float, default=6e-4)
     tr.add_argument("--batch-tokens", type=int, default=2048, help="positions per step")
     tr.add_argument("--window", type=int, default=512, help="positions per training window")
@@ -482,7 +511,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     require_torch("train")
 
     from .discovery import default_target
-    from .training import FeatureConfig, TrainConfig, train
+    from .training import FeatureConfig, TrainConfig, data_folder, train
 
     # `kill` (and Ctrl-C, even in a background job) stops a run with its state saved
     signal.signal(signal.SIGTERM, _interrupt)
@@ -503,6 +532,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         device=args.device,
         threads=args.threads or 0,
+        max_epochs=args.epochs,
+        loss=args.loss,
+        eval_data=data_folder(args.eval_data) if args.eval_data else None,
+        eval_every=args.eval_every,
+        verifier=args.verifier,
+        precision=args.precision,
     )
     fcfg = FeatureConfig(
         taps=(),

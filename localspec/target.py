@@ -42,10 +42,13 @@ class Target:
         n_seq: int = 1,
         tree_nodes: int = 0,
         tap_route: str | None = None,
+        unified_kv: bool = False,
     ) -> None:
         """n_seq > 1: independent sequences, each in its own KV stream (training data);
         tree_nodes > 0: draft trees of up to that many nodes can be verified; tap_route: force
-        taps.GRAPH on an architecture the staging API serves too (to compare the two)."""
+        taps.GRAPH on an architecture the staging API serves too (to compare the two);
+        unified_kv: the sequences share one KV stream, so rows of several fill one ubatch
+        (a prefill of many short texts)."""
         rt = rt.checked()
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -72,7 +75,7 @@ class Target:
             # parallel sequences get a KV stream each, so attention stays per sequence (a
             # draft tree needs one unified stream, a sequence id per leaf); the graph callback
             # needs one stream too: with several, llama.cpp reorders rows by sequence
-            "kv_unified": n_seq == 1 or self.tap_route == GRAPH,
+            "kv_unified": unified_kv or n_seq == 1 or self.tap_route == GRAPH,
         }
         try:
             self.ctx = N.NativeContext(self.model, **self._ctx_args)
@@ -332,14 +335,21 @@ class Target:
 
     # --- independent sequences (training data) -------------------------------------------------
 
-    def decode_rows(self, tokens: Sequence[int], pos: np.ndarray, seqs: np.ndarray) -> np.ndarray:
-        """Decode rows of independent sequences (not the history); logits of every row."""
+    def decode_rows(
+        self,
+        tokens: Sequence[int],
+        pos: np.ndarray,
+        seqs: np.ndarray,
+        outputs: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Decode rows of independent sequences (not the history); the logits of every row,
+        or of the rows `outputs` marks (in row order). Taps cover every row either way."""
         b = self._batch
         n = len(tokens)
         b.token[:n] = tokens
-        b.set_rows(pos, seqs)
+        b.set_rows(pos, seqs, logits=True if outputs is None else outputs)
         self.ctx.decode(b, "target batch (parallel sequences)")
-        return self.ctx.logits(n)
+        return self.ctx.logits(n if outputs is None else int(np.count_nonzero(outputs)))
 
     def forget_sequence(self, seq: int) -> None:
         self.ctx.seq_drop(seq)

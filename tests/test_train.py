@@ -102,7 +102,10 @@ def test_features_match_a_plain_single_sequence_decode(pair, trained):
             logits = t.decode([int(x) for x in s.tokens[:n]], all_logits=True).copy()
             taps = t.read_taps(n)
             np.testing.assert_allclose(s.taps.astype(np.float32), taps, rtol=2e-2, atol=2e-2)
-            assert (s.label_ids[:, 0] == logits.argmax(-1)).mean() > 0.98
+            # labels exist where they are trained on (the reply): no output head elsewhere
+            assert not s.labelled[: s.loss_start].any() and s.labelled[s.loss_start :].all()
+            rows = np.flatnonzero(s.labelled)
+            assert (s.label_ids[rows, 0] == logits[rows].argmax(-1)).mean() > 0.98
             # generated part: each token is the greedy choice at the position before it
             gen = np.arange(s.loss_start, len(s.tokens))
             assert (s.tokens[gen] == logits[gen - 1].argmax(-1)).all()
@@ -249,6 +252,84 @@ def test_plain_text_without_generation(pair, tmp_path):
     assert all(len(s.tokens) == len(s.taps) for s in seqs)
     assert all(s.taps.dtype == np.float16 for s in seqs)  # taps that fit take half the disk
     assert res.steps == 2
+
+
+def _conversations(path, n: int, seed: int = 1) -> str:
+    rng = random.Random(seed)
+
+    def words() -> str:
+        return " ".join(
+            "".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 5)))
+            for _ in range(rng.randint(2, 12))
+        )
+
+    with open(path, "w", encoding="utf-8") as fh:
+        for _ in range(n):
+            roles = ["user", "assistant", "user", "assistant"][: rng.choice([2, 4])]
+            msgs = [{"role": r, "content": words()} for r in roles]
+            fh.write(json.dumps({"messages": msgs}) + "\n")
+    return str(path)
+
+
+def _reply_rows(model, tokens) -> np.ndarray:
+    """Rows whose token lies in a reply: after an assistant header's newline, through the
+    newline after its <|im_end|>. Found by reading the tokens, not as the feature pass does."""
+    start = model.tokenize("<|im_start|>", add_special=False, parse_special=True)[0]
+    out = np.zeros(len(tokens), bool)
+    role, in_header = "", False
+    for p, tok in enumerate(tokens):
+        piece = model.piece(int(tok))
+        if tok == start:
+            rest = b"".join(model.piece(int(t)) for t in tokens[p + 1 : p + 16])
+            role, in_header = rest.split(b"\n")[0].decode(), True
+        elif in_header and piece.endswith(b"\n"):
+            in_header = False
+            continue
+        out[p] = role == "assistant" and not in_header
+    return out
+
+
+def test_data_own_text_packs_sequences_and_labels_only_replies(pair, tmp_path):
+    """The data's own conversations (--no-generate) are packed several to a batch in one
+    shared KV stream. Each sequence still gets exactly what a lone decode gives it, and labels
+    (and their output rows) only where an assistant turn is, the later ones included."""
+    _, target, _ = pair
+    data = _conversations(tmp_path / "talk.jsonl", 24)
+    out = str(tmp_path / "own")
+    train(
+        target,
+        [data],
+        out,
+        config=_tcfg(max_steps=0),
+        features=_fcfg(generate=False),
+        taps=TAPS,
+        show_progress=False,
+        log=lambda m: None,
+    )
+    seqs = load_sequences(os.path.join(out, "data"))
+    assert len(seqs) == 24
+    lengths = [len(s.taps) for s in seqs]
+    assert sum(lengths) > 2 * max(lengths)  # short enough that batches hold several
+    t = Target(target, RuntimeOptions(n_ctx=512, n_batch=512, n_threads=2))
+    try:
+        t.enable_taps(TAPS)
+        multi_turn = 0
+        for s in seqs:
+            n = len(s.taps)
+            t.clear()
+            logits = t.decode([int(x) for x in s.tokens[:n]], all_logits=True).copy()
+            np.testing.assert_allclose(s.taps.astype(np.float32), t.read_taps(n), atol=2e-2)
+            want = _reply_rows(t.model, s.tokens[:n])
+            # the last row's label would be the token after the text: none is trained on
+            np.testing.assert_array_equal(s.labelled[: n - 1], want[: n - 1])
+            rows = np.flatnonzero(s.labelled)
+            assert (s.label_ids[rows, 0] == logits[rows].argmax(-1)).mean() > 0.98
+            assert (s.label_ids[~s.labelled] == 0).all()
+            # a second assistant turn after a user turn: labelled, unlabelled, labelled again
+            multi_turn += int(np.count_nonzero(np.diff(s.labelled.astype(int)) == 1) == 2)
+        assert multi_turn > 3
+    finally:
+        t.close()
 
 
 def test_taps_beyond_float16_are_kept_whole(tmp_path):

@@ -8,10 +8,10 @@ from itertools import chain
 
 from ..datasets import records
 from ..errors import InvalidParameterError
-from .features import DataReport, FeatureConfig, Manifest
+from .features import DataReport, FeatureConfig, Manifest, data_folder
 from .trainer import TrainConfig, Trainer, TrainResult, build_features, default_taps, target_info
 
-__all__ = ["DataReport", "FeatureConfig", "TrainConfig", "TrainResult", "train"]
+__all__ = ["DataReport", "FeatureConfig", "TrainConfig", "TrainResult", "data_folder", "train"]
 
 
 def train(
@@ -77,10 +77,14 @@ def train(
     shown: dict[str, str] = {}
 
     def on_step(rec: dict[str, float]) -> None:
+        shown["seen"] = _count(rec["positions"])
+        shown["epoch"] = f"{rec['epoch']:.2f}"
         shown["loss"] = f"{rec['loss']:.3f}"
         shown["acc0"] = f"{rec['acc0']:.2f}"
-        if "held_tau" in rec:
+        if "held_tau" in rec:  # the held-out estimate: tau and agreement per draft step
             shown["held tau"] = f"{rec['held_tau']:.2f}"
+            acc: list[float] = rec["held_acc"]  # type: ignore[assignment]
+            shown["steps"] = "/".join(f"{a:.0%}".rstrip("%") for a in acc) + "%"
         tbar.set_postfix(shown, refresh=False)
         tbar.update(1)
 
@@ -90,3 +94,7 @@ def train(
         tbar.close()
     result.data = report
     return result
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"

@@ -53,6 +53,12 @@ class FeatureConfig:
     shard_tokens: int = 32_768
     seed: int = 0
 
+    @property
+    def seq_len(self) -> int:
+        """Positions per sequence: a prompt, its reply and a margin, in whole KV pages (the
+        data's own texts are cut there)."""
+        return -(-(self.max_prompt + self.max_new + 8) // 256) * 256
+
 
 @dataclass
 class DataReport:
@@ -111,6 +117,8 @@ class _Seq:
     tokens: list[int]
     loss_start: int  # first position whose label is trained on (the drafter never predicts
     # the reply's first token: the target does)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # rows [a, b) whose labels
+    # are trained on; empty: every row from loss_start on
     taps: list[np.ndarray] = field(default_factory=list)
     label_ids: list[np.ndarray] = field(default_factory=list)
     label_logp: list[np.ndarray] = field(default_factory=list)
@@ -121,6 +129,20 @@ class _Seq:
     @property
     def n_rows(self) -> int:
         return sum(len(t) for t in self.taps)
+
+    def labelled(self, p: int) -> bool:
+        """Whether row p's label (the target's prediction of token p + 1) is trained on."""
+        if not self.spans:
+            return p >= self.loss_start
+        return any(a <= p < b for a, b in self.spans)
+
+    def label_mask(self) -> np.ndarray:
+        mask = np.zeros(self.n_rows, bool)
+        if not self.spans:
+            mask[self.loss_start :] = True
+        for a, b in self.spans:
+            mask[a:b] = True
+        return mask
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -182,7 +204,11 @@ class FeatureWriter:
         self.eog = target.model.eog_mask()
         self.rng = np.random.default_rng(cfg.seed + len(self.manifest.shards))
         self.sampling = SamplingParams(temperature=cfg.temperature)
-        self.seq_len = target.n_ctx // cfg.n_parallel
+        self.seq_len = cfg.seq_len
+        if target.n_ctx < (cfg.seq_len * (cfg.n_parallel if cfg.generate else 1)):
+            raise InvalidParameterError(
+                f"the target's context ({target.n_ctx}) cannot hold the sequences to decode"
+            )
         self.chat = ChatFormatter(target.model, target.path)
 
     # --- preparing sequences -----------------------------------------------------------------
@@ -191,7 +217,7 @@ class FeatureWriter:
         """The sequence a record gives; raises Unusable when it gives none."""
         generate = self.cfg.generate
         msgs, trimmed = usable(record, replies=not generate)
-        head = ""  # the text before the first trained position
+        bounds: list[str] = []  # the text before and after each assistant turn
         if record.text and not generate:  # plain text: every position is trained on
             text = msgs[0]["content"]
         else:
@@ -199,9 +225,14 @@ class FeatureWriter:
                 # generate: the prompt, and the target replies; else the whole conversation,
                 # with no assistant header opened after its last turn
                 text, _ = self.chat.render(msgs, add_generation_prompt=generate)
-                if not generate:  # the loss starts where the first assistant turn does
-                    first = next(i for i, m in enumerate(msgs) if m["role"] == "assistant")
-                    head, _ = self.chat.render(msgs[:first])
+                if not generate:  # only the replies are trained on, as drafted: from
+                    # after the assistant header to the end of the turn
+                    for i, m in enumerate(msgs):
+                        if m["role"] == "assistant":
+                            bounds += [self.chat.render(msgs[:i])[0]]
+                            bounds += [
+                                self.chat.render(msgs[: i + 1], add_generation_prompt=False)[0]
+                            ]
             except LocalspecError:
                 raise Unusable(TEMPLATE_REFUSED) from None
         tokens = self._tokens(text)
@@ -212,10 +243,13 @@ class FeatureWriter:
         tokens = tokens[: self.seq_len]
         if len(tokens) < 4:
             raise Unusable(TOO_SHORT)
-        start = len(self._tokens(head)) if head else 0
-        if start >= len(tokens):  # the reply starts beyond the sequence: nothing to train on
+        cuts = [len(self._tokens(b)) if b else 0 for b in bounds]
+        spans = [(a, min(b, len(tokens))) for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
+        spans = [(a, b) for a, b in spans if a < b]
+        if bounds and not spans:  # the reply starts beyond the sequence: nothing to train on
             raise Unusable(PROMPT_TOO_LONG)
-        return _Seq(item, tokens, loss_start=start, trimmed=trimmed)
+        start = spans[0][0] if spans else 0
+        return _Seq(item, tokens, loss_start=start, spans=spans, trimmed=trimmed)
 
     def _tokens(self, text: str) -> list[int]:
         return self.t.model.tokenize(text, add_special=True, parse_special=True)
@@ -224,14 +258,25 @@ class FeatureWriter:
 
     def _decode(self, rows: list[tuple[_Seq, int, int]]) -> None:
         """Decode (sequence, slot, position) rows in one batch and record taps and labels."""
-        n = len(rows)
+        n, k = len(rows), self.cfg.top_labels
+        # logits only where a label is trained on or the next token is generated: the output
+        # head is a sixth of SmolLM2's compute per row
+        want = np.array(
+            [s.labelled(p) or (self.cfg.generate and p == len(s.tokens) - 1) for s, _, p in rows]
+        )
         logits = self.t.decode_rows(
             [s.tokens[p] for s, _, p in rows],
             np.array([p for _, _, p in rows], dtype=np.int32),
             np.array([slot for _, slot, _ in rows], dtype=np.int32),
+            outputs=want,
         )
         taps = self.t.read_taps(n).astype(np.float32, copy=False)
-        ids, logp = top_labels(logits, self.cfg.top_labels)
+        # rows without a label keep id 0 and log-probability 0; nothing reads them
+        ids = np.zeros((n, k), np.int32)
+        logp = np.zeros((n, k), np.float16)
+        if len(logits):
+            ids[want], logp[want] = top_labels(logits, k)
+        out_row = np.cumsum(want) - 1  # row i's place among the output rows
         start = 0
         while start < n:  # rows of one sequence are contiguous
             s = rows[start][0]
@@ -242,7 +287,7 @@ class FeatureWriter:
             s.label_ids.append(ids[start:end])
             s.label_logp.append(logp[start:end])
             if self.cfg.generate and rows[end - 1][2] == len(s.tokens) - 1:
-                self._extend(s, logits[end - 1])
+                self._extend(s, logits[out_row[end - 1]])
             start = end
 
     def _extend(self, s: _Seq, logits: np.ndarray) -> None:
@@ -270,30 +315,100 @@ class FeatureWriter:
         source: Iterator[tuple[int, Record]] = (
             (i, rec) for i, rec in enumerate(items) if i not in done
         )
+        if cfg.generate:
+            self._run_generating(source, progress)
+        else:
+            self._run_fixed(source, progress)
+        self._flush(force=True)
+        if m.used == 0:
+            raise LocalspecError(f"no record of the training data can be used: {m.report()}")
+        m.complete_for = cfg.max_tokens
+        m.save(self.folder)
+        return m
+
+    def _next_usable(
+        self,
+        source: Iterator[tuple[int, Record]],
+        progress: Callable[[int, DataReport], None] | None,
+    ) -> _Seq | None:
+        """The next source item that gives a sequence (skipped ones counted), None at the end."""
+        for nxt in source:
+            try:
+                return self._prepare(*nxt)
+            except Unusable as skip:
+                self._skip(nxt[0], skip.reason, progress)
+        return None
+
+    def _run_fixed(
+        self,
+        source: Iterator[tuple[int, Record]],
+        progress: Callable[[int, DataReport], None] | None,
+    ) -> None:
+        """The data's own text: a prefill, every batch filled to n_batch rows with the next
+        rows of as many sequences as it takes (each its own sequence id in one shared KV
+        stream), so short texts cost what long ones do per row."""
+        cfg, n_batch = self.cfg, self.t.n_batch
+        live: list[tuple[_Seq, int]] = []  # sequences being decoded and their slots
+        free = list(range(cfg.n_parallel))
+        fed: dict[int, int] = {}  # id(seq) -> positions already decoded
+        queued = self.manifest.n_tokens
+        exhausted = False
+        while True:
+            rows: list[tuple[_Seq, int, int]] = []
+            i = 0
+            while len(rows) < n_batch:
+                if i == len(live):
+                    if exhausted or queued >= cfg.max_tokens or not free:
+                        break
+                    s = self._next_usable(source, progress)
+                    if s is None:
+                        exhausted = True
+                        break
+                    slot = free.pop(0)
+                    live.append((s, slot))
+                    fed[id(s)] = 0
+                    queued += len(s.tokens)
+                s, slot = live[i]
+                a = fed[id(s)]
+                b = min(len(s.tokens), a + n_batch - len(rows))
+                rows.extend((s, slot, p) for p in range(a, b))
+                fed[id(s)] = b
+                i += 1
+            if not rows:
+                return
+            self._decode(rows)
+            for s, slot in [x for x in live if fed[id(x[0])] == len(x[0].tokens)]:
+                live.remove((s, slot))
+                self.t.forget_sequence(slot)  # its cells make room for the next batch
+                free.append(slot)
+                del fed[id(s)]
+                self._finish(s, progress)
+
+    def _run_generating(
+        self,
+        source: Iterator[tuple[int, Record]],
+        progress: Callable[[int, DataReport], None] | None,
+    ) -> None:
+        """The target writes the replies: n_parallel sequences decode together, each prompt
+        prefilled when its slot frees up."""
+        cfg, m = self.cfg, self.manifest
         slots: list[_Seq | None] = [None] * cfg.n_parallel
         queued = m.n_tokens
         exhausted = False
         while True:
             for slot in range(cfg.n_parallel):  # fill free slots, prefilling their prompts
-                while slots[slot] is None and not exhausted and queued < cfg.max_tokens:
-                    nxt = next(source, None)
-                    if nxt is None:
+                if slots[slot] is None and not exhausted and queued < cfg.max_tokens:
+                    s = self._next_usable(source, progress)
+                    if s is None:
                         exhausted = True
                         break
-                    try:
-                        s = self._prepare(*nxt)
-                    except Unusable as skip:
-                        self._skip(nxt[0], skip.reason, progress)
-                        continue
                     self.t.forget_sequence(slot)
                     n_prompt = len(s.tokens)
                     for p0 in range(0, n_prompt, self.t.n_batch):
                         p1 = min(p0 + self.t.n_batch, n_prompt)
                         self._decode([(s, slot, p) for p in range(p0, p1)])
-                    queued += len(s.tokens) + (cfg.max_new if cfg.generate else 0)
+                    queued += len(s.tokens) + cfg.max_new
                     slots[slot] = s
-                    if not cfg.generate:
-                        s.done = True
             live = [(s, i) for i, s in enumerate(slots) if s is not None]
             for s, i in live:
                 if s.done:
@@ -305,12 +420,6 @@ class FeatureWriter:
                     break
                 continue
             self._decode([(s, i, len(s.tokens) - 1) for s, i in live])
-        self._flush(force=True)
-        if m.used == 0:
-            raise LocalspecError(f"no record of the training data can be used: {m.report()}")
-        m.complete_for = cfg.max_tokens
-        m.save(self.folder)
-        return m
 
     # --- shards ------------------------------------------------------------------------------
 
@@ -349,13 +458,17 @@ class FeatureWriter:
         tokens = np.concatenate([np.asarray(s.tokens[: s.n_rows + 1], np.int32) for s in seqs])
         offsets = np.cumsum([0] + [s.n_rows for s in seqs]).astype(np.int64)
         tok_offsets = np.cumsum([0] + [min(len(s.tokens), s.n_rows + 1) for s in seqs])
+        masks = [s.label_mask() for s in seqs]
         name = f"shard-{len(m.shards):05d}.npz"
+        # the taps (98% of a shard) in a .npy of their own, which the trainer maps into memory
+        # instead of reading: data far larger than RAM still trains
+        _atomic_npy(os.path.join(self.folder, taps_file(name)), taps)
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".npz")
         os.close(fd)
         try:
             np.savez(
                 tmp,
-                taps=taps,
+                labelled=np.concatenate(masks),
                 label_ids=ids,
                 label_logp=logp,
                 tokens=tokens,
@@ -371,9 +484,25 @@ class FeatureWriter:
         m.shards.append(name)
         m.done.extend(s.item for s in seqs)
         m.n_tokens += int(offsets[-1])
-        m.n_label_tokens += sum(max(0, s.n_rows - s.loss_start) for s in seqs)
+        m.n_label_tokens += int(sum(mask.sum() for mask in masks))
         m.save(self.folder)
         self.pending = []
+
+
+def taps_file(shard: str) -> str:
+    return shard.removesuffix(".npz") + ".taps.npy"
+
+
+def _atomic_npy(path: str, arr: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".npy")
+    os.close(fd)
+    try:
+        np.save(tmp, arr)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _compact(taps: np.ndarray) -> np.ndarray:
@@ -387,36 +516,57 @@ def _compact(taps: np.ndarray) -> np.ndarray:
 class Sequence:
     """One training sequence: its features and labels (rows) and its tokens (rows or rows+1)."""
 
-    taps: np.ndarray  # [rows, 3H] float16 or float32
+    taps: np.ndarray  # [rows, 3H] float16 or float32 (a view of a memory-mapped file)
     label_ids: np.ndarray  # [rows, K]
     label_logp: np.ndarray  # [rows, K]
     tokens: np.ndarray  # [>= rows]
     loss_start: int
+    labelled: np.ndarray  # [rows] bool: the label is trained on
+    key: str = ""  # shard name and index: a name for the sequence that data added later
+    # never changes (the held-out split hashes it)
+
+
+def data_folder(path: str) -> str:
+    """The feature folder a path names: a run folder (its data/) or a data folder itself."""
+    for folder in (os.path.join(path, "data"), path):
+        if os.path.isfile(os.path.join(folder, MANIFEST)):
+            return folder
+    raise LocalspecError(f"{path} holds no training data (no {MANIFEST} in it or in its data/)")
 
 
 def load_sequences(folder: str) -> list[Sequence]:
-    """All sequences of a data folder (shards are read fully into memory)."""
+    """All sequences of a data folder: labels in memory, taps memory-mapped."""
     m = Manifest.load(folder)
     if m is None:
         raise LocalspecError(f"{folder} holds no training data ({MANIFEST} is missing)")
     out = []
     for name in m.shards:
         path = os.path.join(folder, name)
+        tpath = os.path.join(folder, taps_file(name))
         try:
             with np.load(path) as z:
                 d = {k: z[k] for k in z.files}
+            if "taps" not in d:  # newer shards keep the taps in a .npy of their own: mapped
+                d["taps"] = np.load(tpath, mmap_mode="r")
         except (OSError, ValueError, KeyError) as exc:
             raise LocalspecError(f"cannot read training shard {path}: {exc}") from None
         off, toff = d["offsets"], d["tok_offsets"]
+        if len(d["taps"]) != int(off[-1]):
+            raise LocalspecError(f"training shard {tpath} is truncated; delete the data folder")
         for i in range(len(off) - 1):
             a, b = int(off[i]), int(off[i + 1])
+            start = int(d["loss_start"][i])
+            # older shards have no mask: every row from loss_start on is trained on
+            labelled = d["labelled"][a:b] if "labelled" in d else np.arange(b - a) >= start
             out.append(
                 Sequence(
                     taps=d["taps"][a:b],
                     label_ids=d["label_ids"][a:b],
                     label_logp=d["label_logp"][a:b],
                     tokens=d["tokens"][int(toff[i]) : int(toff[i + 1])],
-                    loss_start=int(d["loss_start"][i]),
+                    loss_start=start,
+                    labelled=labelled,
+                    key=f"{name}:{i}",
                 )
             )
     return out

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,6 +35,9 @@ from .features import (
 )
 
 VARIANTS = ("eagle3.1", "eagle3")
+LOSSES = ("kl", "lk")  # kl: cross-entropy against the target's top labels; lk: LK-hybrid,
+# blending that with the acceptance rate itself as the drafter starts to agree
+CURVE = "curve.jsonl"
 INITS = ("target", "target-layer", "random")
 STATE = "state.pt"
 CHECKPOINT = "checkpoint"
@@ -57,6 +61,16 @@ class TrainConfig:
     init: str = "target"  # "target": the target's head and final norm; "target-layer": also
     # its top layer; "random"
     held_out: float = 0.03  # share of sequences kept for the acceptance estimate
+    eval_data: str | None = None  # a feature folder to estimate acceptance on instead (e.g.
+    # the target's own replies to prompts kept out of training): every variant and every
+    # kind of training data is then judged on the same rows
+    eval_batches: int = 8  # held-out batches per estimate
+    max_epochs: float | None = None  # stop after this many passes over the data
+    loss: str = "kl"
+    precision: str = "auto"  # fp32, bf16 (autocast; fp32 master weights), auto: bf16 where
+    # the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16 or AMX)
+    verifier: str | None = None  # the Hugging Face model the GGUF target was made from,
+    # recorded in the speculators checkpoint (vLLM serves it as the target)
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # 0 = torch's default
@@ -68,6 +82,13 @@ class EvalResult:
     acc: list[float]  # top-1 agreement with the target per draft step (teacher-forced chain)
     tau: float  # expected tokens per verify at k = steps_unrolled, from exact chains
     coverage: float  # share of held-out target tokens inside the draft vocabulary
+    tau_short: float = 0.0  # tau of rows at sequence positions < SHORT
+    tau_long: float = 0.0  # tau of rows at positions >= LONG (EAGLE-3.1's claim: 3.1 holds
+    # its acceptance deeper into a context)
+
+
+# the long/short split of held-out rows, by position in their sequence
+SHORT, LONG = 256, 512
 
 
 @dataclass
@@ -83,6 +104,34 @@ class TrainResult:
     final: EvalResult
     history: list[dict[str, float]] = field(default_factory=list)
     data: DataReport = field(default_factory=DataReport)  # records used and skipped, by reason
+
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (elsewhere bf16 is emulated, and slower)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = next((ln for ln in fh if ln.startswith("flags")), "").split()
+    except OSError:  # not Linux: Apple's MPS and others stay in float32
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def pick_precision(name: str, device: str, hidden: int) -> str:
+    """auto: bf16 where it is native and the matrices are large enough to gain: on this
+    project's AVX512-BF16 CPU a SmolLM2-sized step (hidden 576) ran 1.7x faster in bf16, a
+    test model's (hidden 288) 8x slower."""
+    import torch
+
+    if name not in PRECISIONS:
+        raise InvalidParameterError(f"precision must be one of {PRECISIONS}, got {name!r}")
+    if name != "auto":
+        return name
+    if device == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device == "cpu" and hidden >= 512 and cpu_has_bf16() else "fp32"
 
 
 def pick_device(name: str) -> str:
@@ -157,18 +206,22 @@ def build_features(
     from ..options import RuntimeOptions
     from ..target import Target
 
-    seq_len = -(-(fcfg.max_prompt + fcfg.max_new + 8) // 256) * 256
+    n_batch = max(512, fcfg.n_parallel)
+    # generating: a KV stream per sequence. The data's own text: one shared stream that holds
+    # the sequence a batch ends in and the next batch (earlier ones are done by then)
+    fixed = not fcfg.generate
     rt = RuntimeOptions(
-        n_ctx=seq_len * fcfg.n_parallel,
-        n_batch=max(512, fcfg.n_parallel),
+        n_ctx=fcfg.seq_len + 2 * n_batch if fixed else fcfg.seq_len * fcfg.n_parallel,
+        n_batch=n_batch,
         n_threads=n_threads,
         n_gpu_layers=n_gpu_layers,
     )
-    target = Target(target_path, rt, n_seq=fcfg.n_parallel)
+    target = Target(target_path, rt, n_seq=fcfg.n_parallel, unified_kv=fixed)
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # its top-k is tiny; more threads fight llama.cpp's for the cores
+    # the labels' top-k runs between decodes, while llama.cpp's threads are idle
+    torch.set_num_threads(max(1, n_threads))
     try:
         target.enable_taps(fcfg.taps)
         return FeatureWriter(target, folder, fcfg).run(items, progress)
@@ -177,14 +230,20 @@ def build_features(
         target.close()
 
 
+def _hashed_share(key: str, seed: int) -> float:
+    """A number in [0, 1) fixed by a sequence's name: the held-out split draws on it."""
+    return zlib.crc32(f"{seed}:{key}".encode()) / 2**32
+
+
 def choose_draft_vocab(seqs: list[Sequence], size: int, n_vocab: int) -> np.ndarray:
     """The `size` target tokens the target predicts most often (ascending ids): the drafter can
     only propose these, so coverage of the target's own choices is what counts."""
     size = min(size, n_vocab)
     counts = np.zeros(n_vocab, dtype=np.float64)
-    for s in seqs:
-        np.add.at(counts, s.label_ids[s.loss_start :, 0], 1.0)
-        np.add.at(counts, s.label_ids[:, 1:].reshape(-1), 1e-3)  # ties: likely alternatives
+    for s in seqs:  # only rows whose label is trained on
+        ids = s.label_ids[s.labelled]
+        np.add.at(counts, ids[:, 0], 1.0)
+        np.add.at(counts, ids[:, 1:].reshape(-1), 1e-3)  # ties: likely alternatives
     order = np.lexsort((np.arange(n_vocab), -counts))
     return np.sort(order[:size]).astype(np.int64)
 
@@ -246,10 +305,9 @@ class Batcher:
             tok[r, :n] = s.tokens[lo:hi]
             ids[r, :n] = self.map[s.label_ids[lo:hi]]
             logp[r, :n] = s.label_logp[lo:hi]
-            pos = np.arange(lo, hi)
             # a column is trained only if its row P = c - j lies inside the window: checked
-            # per step in the loss; here: the label exists and belongs to the reply
-            valid[r, :n] = pos >= s.loss_start
+            # per step in the loss; here: the label exists and belongs to a reply
+            valid[r, :n] = s.labelled[lo:hi]
         return {
             "taps": torch.from_numpy(taps).to(device),
             "tokens": torch.from_numpy(tok).to(device),
@@ -257,14 +315,23 @@ class Batcher:
             "logp": torch.from_numpy(logp).to(device),
             "valid": torch.from_numpy(valid).to(device),
             "rows": torch.tensor([b - a for _, a, b in batch], device=device),
+            "start": torch.tensor([a for _, a, _ in batch], device=device),
             "W": W,
         }
 
 
-def step_losses(model: Any, t: dict[str, Any], steps: int) -> tuple[Any, list[Any], list[Any]]:
+def step_losses(
+    model: Any, t: dict[str, Any], steps: int, loss: str = "kl"
+) -> tuple[Any, list[Any], list[Any]]:
     """Weighted loss over the unrolled steps, and per step the (correct, counted) row masks.
     The head (most of the cost) runs only on rows that carry a label: prompt rows are keys
-    for attention but never predicted."""
+    for attention but never predicted.
+
+    loss "lk" (Samarin et al., LK losses, arXiv 2602.23881, hybrid form): per row
+    w * CE + (1 - w) * (1 - alpha), alpha = sum over the target's top labels of
+    min(p_draft, p_target) (the acceptance rate of that row, from below: the labels hold
+    nearly all of the target's mass) and w = exp(-3 alpha) without gradient, so the loss
+    leans on cross-entropy while the drafter disagrees and on acceptance once it agrees."""
     import torch
 
     W = t["W"]
@@ -281,7 +348,13 @@ def step_losses(model: Any, t: dict[str, Any], steps: int) -> tuple[Any, list[An
         inv = ids < 0
         q = t["logp"][:, j : j + W][sel].exp().masked_fill(inv, 0.0)
         q = q / q.sum(-1, keepdim=True).clamp_min(1e-9)
-        row_loss = -(q * lp.gather(-1, ids.clamp_min(0))).sum(-1)
+        lp_ids = lp.gather(-1, ids.clamp_min(0))
+        row_loss = -(q * lp_ids).sum(-1)
+        if loss == "lk":
+            p_target = t["logp"][:, j : j + W][sel].exp().masked_fill(inv, 0.0)
+            alpha = torch.minimum(lp_ids.exp().masked_fill(inv, 0.0), p_target).sum(-1)
+            w = torch.exp(-3.0 * alpha.detach())
+            row_loss = w * row_loss + (1.0 - w) * (1.0 - alpha)
         train_rows = ~inv[:, 0]  # the target's choice must be draftable
         n = train_rows.sum().clamp_min(1)
         total = total + (0.8**j) * (row_loss * train_rows).sum() / n
@@ -292,7 +365,7 @@ def step_losses(model: Any, t: dict[str, Any], steps: int) -> tuple[Any, list[An
     return total, correct, counted
 
 
-def evaluate(model: Any, batches: list[dict[str, Any]], steps: int) -> EvalResult:
+def evaluate(model: Any, batches: list[dict[str, Any]], steps: int, loss: str = "kl") -> EvalResult:
     """Held-out loss, per-step agreement and the chain estimate of tau at k = steps: a row's
     chain accepts while each step agrees with the target (for greedy self-generated data the
     fed tokens are exactly those a real chain would see)."""
@@ -302,11 +375,12 @@ def evaluate(model: Any, batches: list[dict[str, Any]], steps: int) -> EvalResul
     hits = np.zeros(steps)
     cnt = np.zeros(steps)
     chain_sum, chain_rows, cov_in, cov_all = 0.0, 0, 0, 0
+    by_len = np.zeros((2, 2))  # [short, long] x [chain sum, rows]
     model.eval()
     with torch.no_grad():
         for t in batches:
-            loss, correct, counted = step_losses(model, t, steps)
-            loss_sum += float(loss)
+            value, correct, counted = step_losses(model, t, steps, loss)
+            loss_sum += float(value)
             n_b += 1
             run = torch.ones_like(correct[0])
             length = torch.zeros(correct[0].shape, device=correct[0].device)
@@ -318,6 +392,9 @@ def evaluate(model: Any, batches: list[dict[str, Any]], steps: int) -> EvalResul
             base = counted[0]
             chain_sum += float((length * base).sum())
             chain_rows += int(base.sum())
+            pos = t["start"][:, None] + torch.arange(t["W"], device=base.device)[None, :]
+            for i, part in enumerate((pos < SHORT, pos >= LONG)):
+                by_len[i] += (float((length * base * part).sum()), int((base & part).sum()))
             ids0 = t["ids"][:, : t["W"], 0]
             cov_in += int(((ids0 >= 0) & base).sum())
             cov_all += int(base.sum())
@@ -327,6 +404,8 @@ def evaluate(model: Any, batches: list[dict[str, Any]], steps: int) -> EvalResul
         acc=[float(h / c) if c else 0.0 for h, c in zip(hits, cnt, strict=True)],
         tau=1.0 + chain_sum / max(chain_rows, 1),
         coverage=cov_in / max(cov_all, 1),
+        tau_short=1.0 + by_len[0, 0] / max(by_len[0, 1], 1),
+        tau_long=1.0 + by_len[1, 0] / max(by_len[1, 1], 1),
     )
 
 
@@ -437,17 +516,23 @@ class Trainer:
         self.cfg, self.folder, self.taps, self.log = cfg, folder, tuple(taps), log
         self.info = target_info(target_path)
         self.device = pick_device(cfg.device)
+        self.precision = pick_precision(cfg.precision, self.device, self.info.hidden)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         seqs = load_sequences(os.path.join(folder, "data"))
         if len(seqs) < 2:
             raise LocalspecError(f"too little training data in {folder}/data: {len(seqs)} items")
-        rng = np.random.default_rng(cfg.seed)
-        perm = rng.permutation(len(seqs))
-        n_hold = max(1, int(round(len(seqs) * cfg.held_out)))
-        self.train_seqs = [seqs[i] for i in perm[n_hold:]]
-        self.held_seqs = [seqs[i] for i in perm[:n_hold]]
+        if cfg.eval_data:
+            self.train_seqs, self.held_seqs = seqs, load_sequences(cfg.eval_data)
+        else:  # by a hash of each sequence's name, so data added later keeps the split
+            kept = [_hashed_share(s.key, cfg.seed) < cfg.held_out for s in seqs]
+            if not any(kept):
+                kept[0] = True
+            self.train_seqs = [s for s, k in zip(seqs, kept, strict=True) if not k]
+            self.held_seqs = [s for s, k in zip(seqs, kept, strict=True) if k]
+            if not self.train_seqs:
+                raise LocalspecError(f"too little training data in {folder}/data")
         self.state_path = os.path.join(folder, STATE)
         resume = self._load_state()
         if resume is not None:
@@ -460,8 +545,10 @@ class Trainer:
         self.train_data = Batcher(self.train_seqs, cfg, self.t2d_map)
         held = Batcher(self.held_seqs, cfg, self.t2d_map)
         self.held = [
-            held.tensors(b, self.device) for b in held.batches(np.arange(len(held.windows)))
-        ][:8]
+            held.tensors(b, self.device)
+            for b in held.batches(np.arange(len(held.windows)))[: cfg.eval_batches]
+        ]
+        self.unique_positions = sum(int(s.labelled.sum()) for s in self.train_seqs)
         decay: list[torch.Tensor] = [p for p in self.model.parameters() if p.ndim > 1]
         other: list[torch.Tensor] = [p for p in self.model.parameters() if p.ndim <= 1]
         groups: list[dict[str, Any]] = [
@@ -483,6 +570,10 @@ class Trainer:
             self.history = resume["history"]
             self.untrained = EvalResult(**resume["untrained"]) if resume["untrained"] else None
             log(f"resuming at step {self.step} ({self.seconds / 60:.1f} min trained so far)")
+            if resume.get("n_windows") != len(self.train_data.windows):
+                # the data grew: the pass in progress is over, the next covers all of it
+                log(f"the data grew to {self.unique_positions} labelled positions")
+                self.epoch, self.cursor = self.epoch + 1, 0
 
     def _load_state(self) -> dict[str, Any] | None:
         import torch
@@ -566,6 +657,7 @@ class Trainer:
                 "cursor": self.cursor,
                 "seconds": self.seconds,
                 "positions": self.positions,
+                "n_windows": len(self.train_data.windows),
                 "history": self.history,
                 "untrained": asdict(self.untrained) if self.untrained else None,
             },
@@ -583,12 +675,54 @@ class Trainer:
         }
         return export_checkpoint(self.model, self.folder, self.taps, self.draft_ids, meta)
 
+    def export_speculators(self) -> str:
+        """DIR/speculators: the same drafter for vLLM (written when a run ends: it carries
+        the target's embeddings, too large to rewrite every few minutes)."""
+        from .speculators_format import export_speculators
+
+        return export_speculators(
+            self.model,
+            self.folder,
+            self.taps,
+            self.draft_ids,
+            verifier=self.cfg.verifier,
+            draft_steps=self.cfg.steps_unrolled,
+        )
+
+    def _autocast(self) -> Any:
+        """bf16 matmuls (1.7x faster per step on this project's AVX512-BF16 CPU) with float32
+        master weights, or nothing."""
+        import torch
+
+        kind = "cuda" if self.device == "cuda" else "cpu"
+        return torch.autocast(kind, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+
+    def evaluate(self) -> EvalResult:
+        with self._autocast():
+            return evaluate(self.model, self.held, self.cfg.steps_unrolled, self.cfg.loss)
+
+    def _record_curve(self, ev: EvalResult, epoch: float) -> None:
+        """One point of the learning curve: DIR/curve.jsonl, a line per held-out estimate."""
+        point = {
+            "step": self.step,
+            "positions": self.positions,
+            "unique_positions": self.unique_positions,
+            "epoch": round(epoch, 4),
+            "seconds": round(self.seconds, 1),
+            **asdict(ev),
+        }
+        with open(os.path.join(self.folder, CURVE), "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(point) + "\n")
+
     def run(self, progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
         import torch
 
         cfg = self.cfg
+        if cfg.loss not in LOSSES:
+            raise InvalidParameterError(f"loss must be one of {LOSSES}, got {cfg.loss!r}")
         if self.untrained is None:
-            self.untrained = evaluate(self.model, self.held, cfg.steps_unrolled)
+            self.untrained = self.evaluate()
+            self._record_curve(self.untrained, 0.0)
             self.log(
                 f"untrained: held-out loss {self.untrained.loss:.3f}, tau(k={cfg.steps_unrolled})"
                 f" {self.untrained.tau:.2f}, draft-vocab coverage {self.untrained.coverage:.1%}"
@@ -604,9 +738,12 @@ class Trainer:
         batches = self.train_data.batches(order)
         try:
             while True:
+                epoch = self.epoch + self.cursor / max(len(batches), 1)
                 if cfg.max_steps is not None and self.step >= cfg.max_steps:
                     break
                 if cfg.time_budget is not None and time.perf_counter() - t_start >= cfg.time_budget:
+                    break
+                if cfg.max_epochs is not None and epoch >= cfg.max_epochs:
                     break
                 if self.cursor >= len(batches):
                     self.epoch += 1
@@ -618,7 +755,10 @@ class Trainer:
                 batch = self.train_data.tensors(batches[self.cursor], self.device)
                 for g in self.opt.param_groups:
                     g["lr"] = self._lr()
-                loss, correct, counted = step_losses(self.model, batch, cfg.steps_unrolled)
+                with self._autocast():
+                    loss, correct, counted = step_losses(
+                        self.model, batch, cfg.steps_unrolled, cfg.loss
+                    )
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
@@ -630,16 +770,21 @@ class Trainer:
                 if first_loss is None:
                     first_loss = last_loss
                 self.seconds = base_seconds + time.perf_counter() - t_start
+                epoch = self.epoch + self.cursor / max(len(batches), 1)
                 rec = {
                     "step": self.step,
                     "loss": last_loss,
                     "acc0": float(correct[0].sum()) / max(int(counted[0].sum()), 1),
                     "seconds": self.seconds,
+                    "positions": self.positions,
+                    "epoch": epoch,
                 }
                 if self.step % cfg.eval_every == 0:
-                    ev = evaluate(self.model, self.held, cfg.steps_unrolled)
+                    ev = self.evaluate()
                     rec.update(held_loss=ev.loss, held_tau=ev.tau, held_acc0=ev.acc[0])
+                    rec["held_acc"] = ev.acc  # type: ignore[assignment]
                     self.history.append(rec)
+                    self._record_curve(ev, epoch)
                 if progress is not None:
                     progress(rec)
                 if time.perf_counter() - t_saved >= cfg.save_every:
@@ -649,7 +794,8 @@ class Trainer:
         finally:  # an interrupted run keeps what it learned
             self.save()
             ckpt = self.export()
-        final = evaluate(self.model, self.held, cfg.steps_unrolled)
+            self.export_speculators()
+        final = self.evaluate()
         return TrainResult(
             folder=self.folder,
             checkpoint=ckpt,

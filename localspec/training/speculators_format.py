@@ -1,0 +1,128 @@
+"""The trained drafter in vLLM's speculators layout (speculators 0.9), for serving the same
+drafter with vLLM or SGLang once a user outgrows one machine.
+
+Written as speculators' own `save_pretrained` writes an `Eagle3DraftModel`: a flat config with
+`speculators_model_type: eagle3`, the decoder layer's settings nested in
+`transformer_layer_config`, and `layers.0.*` weights. Tap ids are layer inputs, as vLLM
+captures them (`aux_hidden_state_layers`). The target's token embeddings are included, so the
+checkpoint loads whole without the verifier's weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+
+SPECULATORS_DIR = "speculators"
+SPECULATORS_VERSION = "0.9.0"
+
+
+def speculators_config(
+    c: Any, taps: tuple[int, ...], verifier: str | None, draft_steps: int
+) -> dict[str, Any]:
+    """config.json for a drafter of DraftConfig `c` tapping the inputs of layers `taps`."""
+    layer = {
+        "model_type": "llama",
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.n_head,
+        "num_key_value_heads": c.n_head_kv,
+        "head_dim": c.hidden_size // c.n_head,
+        "num_hidden_layers": 1,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "rms_norm_eps": c.rms_eps,
+        "rope_parameters": {"rope_theta": c.rope_theta, "rope_type": "default"},
+        "max_position_embeddings": c.context_length,
+        "vocab_size": c.vocab_size,
+        "tie_word_embeddings": False,
+    }
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": SPECULATORS_VERSION,
+        "draft_vocab_size": c.draft_vocab_size,
+        "target_hidden_size": c.target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": [int(t) for t in taps],
+        "norm_before_residual": False,
+        "norm_before_fc": False,
+        "fc_norm": bool(c.fc_norm),
+        "norm_output": bool(c.norm_output),
+        "embed_requires_grad": False,
+        "tie_word_embeddings": False,
+        "dtype": "float32",
+        "transformer_layer_config": layer,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": int(draft_steps),
+                    "accept_tolerance": 0.0,
+                    "verifier_accept_k": 1,
+                }
+            ],
+            # the Hugging Face model the GGUF target was made from: vLLM serves that one
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+
+
+def speculators_tensors(model: Any, draft_ids: np.ndarray) -> dict[str, Any]:
+    """Our parameter names (SpecForge's `midlayer.*`) as speculators names them."""
+    import torch
+
+    out = {}
+    for name, value in model.state_dict().items():
+        key = "layers.0." + name.removeprefix("midlayer.") if name.startswith("midlayer.") else name
+        out[key] = value.detach().float().cpu().contiguous()
+    out["embed_tokens.weight"] = model.embed.detach().float().cpu().contiguous()
+    ids = torch.from_numpy(np.asarray(draft_ids, dtype=np.int64))
+    out["d2t"] = ids - torch.arange(len(ids))  # offsets: target id = i + d2t[i]
+    t2d = torch.zeros(model.c.vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    out["t2d"] = t2d
+    return out
+
+
+def export_speculators(
+    model: Any,
+    folder: str,
+    taps: tuple[int, ...],
+    draft_ids: np.ndarray,
+    *,
+    verifier: str | None,
+    draft_steps: int,
+) -> str:
+    """Write folder/speculators (config.json, model.safetensors), replacing it whole."""
+    from safetensors.torch import save_file
+
+    out = os.path.join(folder, SPECULATORS_DIR)
+    tmp = tempfile.mkdtemp(dir=folder, prefix=".tmp-spec-")
+    try:
+        save_file(
+            speculators_tensors(model, draft_ids),
+            os.path.join(tmp, "model.safetensors"),
+            metadata={"format": "pt"},
+        )
+        cfg = speculators_config(model.c, taps, verifier, draft_steps)
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
+            json.dump(cfg, fh, indent=2)
+        if os.path.isdir(out):
+            old = out + ".old"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,154 @@
+"""Training data that adds up: a run extended with more data keeps its held-out split and
+resumes on all of it, stops after a number of passes, records a learning curve, can be judged
+on another feature folder, and trains with the LK loss (checked against its formula)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_train import TAPS, _fcfg, _prompts, _tcfg  # noqa: E402
+
+from localspec.training import train  # noqa: E402
+from localspec.training.features import load_sequences  # noqa: E402
+from localspec.training.trainer import Trainer, step_losses  # noqa: E402
+
+import tinymodels as tm  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def train_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("grow")
+    target, _ = tm.write_agreeing_pair(str(d), head_noise=0.3, name="noisy")
+    return str(d), target, _prompts(str(d / "prompts.jsonl"), 48)
+
+
+def _curve(out: str) -> list[dict]:
+    with open(os.path.join(out, "curve.jsonl"), encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _run(target, data, out, logs, **kw):
+    tkw = {k: v for k, v in kw.items() if k != "max_tokens"}
+    return train(
+        target,
+        [data],
+        out,
+        config=_tcfg(**tkw),
+        features=_fcfg(max_tokens=kw.get("max_tokens", 1500)),
+        taps=TAPS,
+        show_progress=False,
+        log=logs.append,
+    )
+
+
+def test_more_data_extends_a_run_and_keeps_its_held_out_rows(train_pair, tmp_path):
+    _, target, data = train_pair
+    out = str(tmp_path / "grow")
+    logs: list[str] = []
+    _run(target, data, out, logs, max_steps=8, eval_every=4, max_tokens=1500)
+    first = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=logs.append)
+    held_before = {s.key for s in first.held_seqs}
+    n_before = len(first.train_seqs) + len(first.held_seqs)
+    res = _run(target, data, out, logs, max_steps=16, eval_every=4, max_tokens=3000)
+    assert res.steps == 16
+    after = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=logs.append)
+    assert len(after.train_seqs) + len(after.held_seqs) > n_before  # the data grew
+    # a sequence held out before is still held out; none moved into training
+    assert held_before <= {s.key for s in after.held_seqs}
+    assert any("the data grew" in m for m in logs)
+    curve = _curve(out)
+    assert curve[0]["positions"] == 0 and curve[0]["step"] == 0  # the untrained drafter
+    assert [p["step"] for p in curve] == [0, 4, 8, 12, 16]
+    positions = [p["positions"] for p in curve]
+    assert positions == sorted(positions) and len(set(positions)) == 5
+    assert curve[-1]["unique_positions"] > curve[1]["unique_positions"]
+    for p in curve:
+        assert len(p["acc"]) == 4 and 1.0 <= p["tau"] <= 5.0
+        assert 1.0 <= p["tau_short"] <= 5.0
+
+
+def test_epochs_stop_a_run_after_that_many_passes(train_pair, tmp_path):
+    _, target, data = train_pair
+    out = str(tmp_path / "epochs")
+    res = _run(target, data, out, [], max_steps=None, max_epochs=1.5)
+    tr = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None)
+    n = len(tr.train_data.windows)
+    per_epoch = [  # batches per pass: each pass packs its own shuffle of the windows
+        len(tr.train_data.batches(np.random.default_rng(e).permutation(n))) for e in (0, 1)
+    ]
+    assert tr.epoch == 1 and tr.cursor == int(np.ceil(0.5 * per_epoch[1]))
+    assert res.steps == per_epoch[0] + tr.cursor
+
+
+def test_eval_data_judges_on_another_folder(train_pair, tmp_path):
+    _, target, data = train_pair
+    judge = str(tmp_path / "judge")
+    _run(target, data, judge, [], max_steps=0, max_tokens=800)
+    out = str(tmp_path / "judged")
+    _run(target, data, out, [], max_steps=2, eval_data=os.path.join(judge, "data"))
+    tr = Trainer(
+        target, out, _tcfg(max_steps=0, eval_data=os.path.join(judge, "data")), TAPS, log=print
+    )
+    keys = {s.key for s in load_sequences(os.path.join(judge, "data"))}
+    assert {s.key for s in tr.held_seqs} == keys
+    assert len(tr.train_seqs) == len(load_sequences(os.path.join(out, "data")))
+
+
+def test_lk_loss_is_its_formula(train_pair, tmp_path):
+    """The LK-hybrid loss of one batch, against the formula computed by hand: per row
+    w * CE + (1 - w) * (1 - alpha), alpha = sum over the target's labels of
+    min(p_draft, p_target), w = exp(-3 alpha); steps weighted 0.8^j, mean over rows."""
+    _, target, data = train_pair
+    out = str(tmp_path / "lk")
+    _run(target, data, out, [], max_steps=4, loss="lk")
+    tr = Trainer(target, out, _tcfg(max_steps=0, loss="lk"), TAPS, log=lambda m: None)
+    order = np.arange(len(tr.train_data.windows))
+    t = tr.train_data.tensors(tr.train_data.batches(order)[0], "cpu")
+    with torch.no_grad():
+        got, _, _ = step_losses(tr.model, t, 4, "lk")
+        kl, _, _ = step_losses(tr.model, t, 4, "kl")
+        outs = tr.model.unroll(tr.model.encode(t["taps"]), t["tokens"], 4)
+    W = t["W"]
+    want = 0.0
+    for j, h in enumerate(outs):
+        p_draft = torch.softmax(tr.model.lm_head(h).detach().double(), -1).numpy()
+        ids = t["ids"][:, j : j + W].numpy()
+        p_t = np.exp(t["logp"][:, j : j + W].numpy().astype(np.float64))
+        rows = t["valid"][:, j : j + W].numpy() & (np.arange(W)[None] < t["rows"].numpy()[:, None])
+        terms = []
+        for b, c in zip(*np.nonzero(rows), strict=True):
+            k = ids[b, c] >= 0
+            if not k[0]:
+                continue  # the target's choice is not draftable: not trained on
+            pd = p_draft[b, c, ids[b, c][k]]
+            pt = p_t[b, c][k]
+            q = pt / pt.sum()
+            ce = -(q * np.log(pd)).sum()
+            alpha = np.minimum(pd, pt).sum()
+            w = np.exp(-3.0 * alpha)
+            terms.append(w * ce + (1 - w) * (1 - alpha))
+        want += 0.8**j * np.mean(terms)
+    assert float(got) == pytest.approx(want, rel=1e-4)
+    assert float(got) != pytest.approx(float(kl), rel=1e-3)  # the blend moved it
+
+
+def test_bf16_training_keeps_float32_weights(train_pair, tmp_path):
+    """--precision bf16 runs the matmuls in bfloat16 (autocast) and keeps float32 master
+    weights, so the checkpoint converts like any other."""
+    from safetensors.numpy import load_file
+
+    _, target, data = train_pair
+    out = str(tmp_path / "bf16")
+    res = _run(target, data, out, [], max_steps=3, precision="bf16")
+    tr = Trainer(target, out, _tcfg(max_steps=0, precision="bf16"), TAPS, log=lambda m: None)
+    assert tr.precision == "bf16" and res.steps == 3
+    weights = load_file(os.path.join(out, "checkpoint", "model.safetensors"))
+    assert weights["fc.weight"].dtype == np.float32 and np.isfinite(weights["fc.weight"]).all()
+    # auto picks bf16 only for widths where it pays (this test model's 288 is not one)
+    assert Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None).precision == "fp32"

@@ -332,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--eval-every", type=int, default=100, help="steps between estimates")
     tr.add_argument(
+        "--eval-batches", type=int, default=8, help="held-out batches per estimate (default 8)"
+    )
+    tr.add_argument(
         "--precision",
         default="auto",
         choices=["auto", "fp32", "bf16"],
@@ -536,6 +539,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         loss=args.loss,
         eval_data=data_folder(args.eval_data) if args.eval_data else None,
         eval_every=args.eval_every,
+        eval_batches=args.eval_batches,
         verifier=args.verifier,
         precision=args.precision,
     )

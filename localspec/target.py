@@ -349,7 +349,10 @@ class Target:
         b.token[:n] = tokens
         b.set_rows(pos, seqs, logits=True if outputs is None else outputs)
         self.ctx.decode(b, "target batch (parallel sequences)")
-        return self.ctx.logits(n if outputs is None else int(np.count_nonzero(outputs)))
+        n_out = n if outputs is None else int(np.count_nonzero(outputs))
+        if n_out == 0:  # llama.cpp has no logits buffer to point at then
+            return np.empty((0, self.n_vocab), np.float32)
+        return self.ctx.logits(n_out)
 
     def forget_sequence(self, seq: int) -> None:
         self.ctx.seq_drop(seq)

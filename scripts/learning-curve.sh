@@ -16,8 +16,8 @@ POSITIONS=${POSITIONS:-1000000}  # positions of training text to extract (grows:
 EPOCHS=${EPOCHS:-3}              # passes over it per variant (grows: resumes)
 VARIANTS=${VARIANTS:-"eagle3.1:kl eagle3:kl eagle3.1:lk"}
 TARGET=$(python -c "from localspec.discovery import default_target; print(default_target())")
-TRAIN=(--batch-tokens 2048 --lr 6e-4 --ttt-steps 5 --eval-every 50 --eval-data "$RUNS/eval"
-       --verifier HuggingFaceTB/SmolLM2-135M-Instruct)
+TRAIN=(--batch-tokens 2048 --lr 6e-4 --ttt-steps 5 --eval-every 50 --eval-batches 16
+       --eval-data "$RUNS/eval" --verifier HuggingFaceTB/SmolLM2-135M-Instruct)
 mkdir -p "$RUNS"
 
 case "${1:-}" in
@@ -44,7 +44,8 @@ train)
     dir="$RUNS/$variant-$loss"
     mkdir -p "$dir"
     ln -sfn "$(cd "$RUNS/text" && pwd)/data" "$dir/data"
-    localspec train "$TARGET" --data sharegpt --no-generate --max-tokens "$POSITIONS" \
+    # --max-tokens 1: the shared data is only ever extended by `data`, one writer at a time
+    localspec train "$TARGET" --data sharegpt --no-generate --max-tokens 1 \
       -o "$dir" --variant "$variant" --loss "$loss" --epochs "$EPOCHS" -t 1 "${TRAIN[@]}" &
   done
   wait

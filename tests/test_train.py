@@ -272,9 +272,13 @@ def _conversations(path, n: int, seed: int = 1) -> str:
 
 
 def _reply_rows(model, tokens) -> np.ndarray:
-    """Rows whose token lies in a reply: after an assistant header's newline, through the
-    newline after its <|im_end|>. Found by reading the tokens, not as the feature pass does."""
-    start = model.tokenize("<|im_start|>", add_special=False, parse_special=True)[0]
+    """Rows whose token is a reply's text: after an assistant header's newline, up to its
+    <|im_end|> (the last such row predicts it). Found by reading the tokens, not as the
+    feature pass does."""
+    start, end = (
+        model.tokenize(t, add_special=False, parse_special=True)[0]
+        for t in ("<|im_start|>", "<|im_end|>")
+    )
     out = np.zeros(len(tokens), bool)
     role, in_header = "", False
     for p, tok in enumerate(tokens):
@@ -282,6 +286,8 @@ def _reply_rows(model, tokens) -> np.ndarray:
         if tok == start:
             rest = b"".join(model.piece(int(t)) for t in tokens[p + 1 : p + 16])
             role, in_header = rest.split(b"\n")[0].decode(), True
+        elif tok == end:
+            role = ""
         elif in_header and piece.endswith(b"\n"):
             in_header = False
             continue
@@ -319,9 +325,7 @@ def test_data_own_text_packs_sequences_and_labels_only_replies(pair, tmp_path):
             t.clear()
             logits = t.decode([int(x) for x in s.tokens[:n]], all_logits=True).copy()
             np.testing.assert_allclose(s.taps.astype(np.float32), t.read_taps(n), atol=2e-2)
-            want = _reply_rows(t.model, s.tokens[:n])
-            # the last row's label would be the token after the text: none is trained on
-            np.testing.assert_array_equal(s.labelled[: n - 1], want[: n - 1])
+            np.testing.assert_array_equal(s.labelled, _reply_rows(t.model, s.tokens[:n]))
             rows = np.flatnonzero(s.labelled)
             assert (s.label_ids[rows, 0] == logits[rows].argmax(-1)).mean() > 0.98
             assert (s.label_ids[~s.labelled] == 0).all()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -38,6 +39,7 @@ MANIFEST = "manifest.json"
 TEMPLATE_REFUSED = "template refused"
 PROMPT_TOO_LONG = "prompt too long"
 TOO_SHORT = "too short"
+TEMPLATE_UNSTABLE = "template renders turns differently in context"
 
 
 @dataclass
@@ -193,6 +195,8 @@ class FeatureWriter:
         want["taps"] = list(cfg.taps)
         want["target"] = target_identity(target.path)
         want["item_ids"] = 2  # 2: item ids count every source record, unusable ones too
+        if not cfg.generate:  # 2: labels on the replies alone (1: all from the first reply)
+            want["reply_labels"] = 2
         m = Manifest.load(folder)
         if m is not None and (m.target_fingerprint != fp or m.config != want):
             raise LocalspecError(
@@ -205,7 +209,8 @@ class FeatureWriter:
         self.rng = np.random.default_rng(cfg.seed + len(self.manifest.shards))
         self.sampling = SamplingParams(temperature=cfg.temperature)
         self.seq_len = cfg.seq_len
-        if target.n_ctx < (cfg.seq_len * (cfg.n_parallel if cfg.generate else 1)):
+        need = cfg.seq_len * cfg.n_parallel if cfg.generate else cfg.seq_len + target.n_batch
+        if target.n_ctx < need:
             raise InvalidParameterError(
                 f"the target's context ({target.n_ctx}) cannot hold the sequences to decode"
             )
@@ -229,10 +234,11 @@ class FeatureWriter:
                     # after the assistant header to the end of the turn
                     for i, m in enumerate(msgs):
                         if m["role"] == "assistant":
-                            bounds += [self.chat.render(msgs[:i])[0]]
-                            bounds += [
-                                self.chat.render(msgs[: i + 1], add_generation_prompt=False)[0]
-                            ]
+                            head = self.chat.render(msgs[:i])[0]
+                            end = self.chat.render(msgs[: i + 1], add_generation_prompt=False)[0]
+                            bounds += [head, end]
+                            if len(head) > 4 * self.seq_len:  # past any sequence: enough
+                                break
             except LocalspecError:
                 raise Unusable(TEMPLATE_REFUSED) from None
         tokens = self._tokens(text)
@@ -243,9 +249,19 @@ class FeatureWriter:
         tokens = tokens[: self.seq_len]
         if len(tokens) < 4:
             raise Unusable(TOO_SHORT)
+        if not all(text.startswith(b) for b in bounds):
+            # a template that renders earlier turns differently (e.g. dropping their
+            # reasoning): token counts of its prefixes would not locate the replies
+            raise Unusable(TEMPLATE_UNSTABLE)
         cuts = [len(self._tokens(b)) if b else 0 for b in bounds]
-        spans = [(a, min(b, len(tokens))) for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
-        spans = [(a, b) for a, b in spans if a < b]
+        spans = []
+        for a, b in zip(cuts[::2], cuts[1::2], strict=True):
+            b = min(b, len(tokens))
+            # the last row trained on predicts the turn's end-of-generation token: nothing
+            # after it is ever drafted
+            e = next((p for p in range(a, b) if self.eog[tokens[p]]), b)
+            if a < e:
+                spans.append((a, e))
         if bounds and not spans:  # the reply starts beyond the sequence: nothing to train on
             raise Unusable(PROMPT_TOO_LONG)
         start = spans[0][0] if spans else 0
@@ -378,7 +394,7 @@ class FeatureWriter:
                 return
             self._decode(rows)
             for s, slot in [x for x in live if fed[id(x[0])] == len(x[0].tokens)]:
-                live.remove((s, slot))
+                live = [x for x in live if x[0] is not s]
                 self.t.forget_sequence(slot)  # its cells make room for the next batch
                 free.append(slot)
                 del fed[id(s)]
@@ -462,7 +478,7 @@ class FeatureWriter:
         name = f"shard-{len(m.shards):05d}.npz"
         # the taps (98% of a shard) in a .npy of their own, which the trainer maps into memory
         # instead of reading: data far larger than RAM still trains
-        _atomic_npy(os.path.join(self.folder, taps_file(name)), taps)
+        atomic_save(os.path.join(self.folder, taps_file(name)), lambda tmp: np.save(tmp, taps))
         fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".npz")
         os.close(fd)
         try:
@@ -493,16 +509,30 @@ def taps_file(shard: str) -> str:
     return shard.removesuffix(".npz") + ".taps.npy"
 
 
-def _atomic_npy(path: str, arr: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".npy")
+def atomic_save(path: str, write: Callable[[str], None]) -> None:
+    """write(tmp) into a temporary file beside path, then rename it over path: a reader sees
+    the old file or the new one, never half of one."""
+    suffix = os.path.splitext(path)[1]
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)
     os.close(fd)
     try:
-        np.save(tmp, arr)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def replace_folder(tmp: str, out: str) -> None:
+    """Put the finished folder tmp in out's place (out's old contents are removed)."""
+    if os.path.isdir(out):
+        old = out + ".old"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
 
 
 def _compact(taps: np.ndarray) -> np.ndarray:
@@ -534,11 +564,31 @@ def data_folder(path: str) -> str:
     raise LocalspecError(f"{path} holds no training data (no {MANIFEST} in it or in its data/)")
 
 
+def _allow_open_maps(n: int) -> None:
+    """Each mapped taps file holds a file descriptor: raise the soft limit toward the hard one
+    so a data set of many shards maps whole (1,000 shards is ~33M positions)."""
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+        if top < want:
+            raise LocalspecError(
+                f"{n} training shards need {want} open files, but this system allows {hard} "
+                "(ulimit -n): raise the limit"
+            )
+
+
 def load_sequences(folder: str) -> list[Sequence]:
     """All sequences of a data folder: labels in memory, taps memory-mapped."""
     m = Manifest.load(folder)
     if m is None:
         raise LocalspecError(f"{folder} holds no training data ({MANIFEST} is missing)")
+    _allow_open_maps(len(m.shards))
     out = []
     for name in m.shards:
         path = os.path.join(folder, name)

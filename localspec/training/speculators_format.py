@@ -18,12 +18,29 @@ from typing import Any
 
 import numpy as np
 
+from .features import replace_folder
+
 SPECULATORS_DIR = "speculators"
 SPECULATORS_VERSION = "0.9.0"
 
 
+# the Hugging Face class of a verifier, by its GGUF architecture
+HF_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+}
+
+
 def speculators_config(
-    c: Any, taps: tuple[int, ...], verifier: str | None, draft_steps: int
+    c: Any,
+    taps: tuple[int, ...],
+    verifier: str | None,
+    draft_steps: int,
+    architecture: str = "llama",
 ) -> dict[str, Any]:
     """config.json for a drafter of DraftConfig `c` tapping the inputs of layers `taps`."""
     layer = {
@@ -70,7 +87,12 @@ def speculators_config(
                 }
             ],
             # the Hugging Face model the GGUF target was made from: vLLM serves that one
-            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+            "verifier": {
+                "name_or_path": verifier,
+                "architectures": [HF_ARCHITECTURES[architecture]]
+                if architecture in HF_ARCHITECTURES
+                else [],
+            },
         },
     }
 
@@ -100,8 +122,10 @@ def export_speculators(
     *,
     verifier: str | None,
     draft_steps: int,
+    architecture: str = "llama",
 ) -> str:
-    """Write folder/speculators (config.json, model.safetensors), replacing it whole."""
+    """Write folder/speculators (config.json, model.safetensors), replacing it whole. A
+    verifier given as a local folder is recorded by its absolute path."""
     from safetensors.torch import save_file
 
     out = os.path.join(folder, SPECULATORS_DIR)
@@ -112,16 +136,12 @@ def export_speculators(
             os.path.join(tmp, "model.safetensors"),
             metadata={"format": "pt"},
         )
-        cfg = speculators_config(model.c, taps, verifier, draft_steps)
+        if verifier and os.path.isdir(verifier):
+            verifier = os.path.abspath(verifier)
+        cfg = speculators_config(model.c, taps, verifier, draft_steps, architecture)
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
             json.dump(cfg, fh, indent=2)
-        if os.path.isdir(out):
-            old = out + ".old"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 import zlib
@@ -30,7 +31,9 @@ from .features import (
     FeatureWriter,
     Manifest,
     Sequence,
+    atomic_save,
     load_sequences,
+    replace_folder,
     target_identity,
 )
 
@@ -129,7 +132,7 @@ def pick_precision(name: str, device: str, hidden: int) -> str:
         raise InvalidParameterError(f"precision must be one of {PRECISIONS}, got {name!r}")
     if name != "auto":
         return name
-    if device == "cuda":
+    if device.startswith("cuda"):
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if device == "cpu" and hidden >= 512 and cpu_has_bf16() else "fp32"
 
@@ -228,6 +231,27 @@ def build_features(
     finally:
         torch.set_num_threads(threads)
         target.close()
+
+
+def check_eval_data(eval_folder: str, own: str) -> None:
+    """--eval-data must be another feature folder made by the same target with the same taps
+    and labels: one clear error otherwise, before anything is trained or judged."""
+    if os.path.isdir(own) and os.path.samefile(eval_folder, own):
+        raise InvalidParameterError(
+            f"--eval-data {eval_folder} is this run's own training data; give another folder"
+        )
+    theirs, mine = Manifest.load(eval_folder), Manifest.load(own)
+    if theirs is None or mine is None:
+        return  # load_sequences names the missing one
+    keys = ("taps", "target", "top_labels")
+    if theirs.target_fingerprint != mine.target_fingerprint or any(
+        theirs.config.get(k) != mine.config.get(k) for k in keys
+    ):
+        raise LocalspecError(
+            f"--eval-data {eval_folder} was made with another target, other taps or other "
+            f"labels than this run's data ({ {k: theirs.config.get(k) for k in keys} } against "
+            f"{ {k: mine.config.get(k) for k in keys} })"
+        )
 
 
 def _hashed_share(key: str, seed: int) -> float:
@@ -404,8 +428,9 @@ def evaluate(model: Any, batches: list[dict[str, Any]], steps: int, loss: str = 
         acc=[float(h / c) if c else 0.0 for h, c in zip(hits, cnt, strict=True)],
         tau=1.0 + chain_sum / max(chain_rows, 1),
         coverage=cov_in / max(cov_all, 1),
-        tau_short=1.0 + by_len[0, 0] / max(by_len[0, 1], 1),
-        tau_long=1.0 + by_len[1, 0] / max(by_len[1, 1], 1),
+        # NaN where no held-out row is that short or long
+        tau_short=1.0 + by_len[0, 0] / by_len[0, 1] if by_len[0, 1] else float("nan"),
+        tau_long=1.0 + by_len[1, 0] / by_len[1, 1] if by_len[1, 1] else float("nan"),
     )
 
 
@@ -455,18 +480,8 @@ def export_checkpoint(
         }
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
             json.dump(config, fh, indent=2)
-        if os.path.isdir(out):
-            old = out + ".old"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            import shutil
-
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
@@ -475,15 +490,7 @@ def export_checkpoint(
 def _save_state(path: str, state: dict[str, Any]) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="tmp-state-", suffix=".pt")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_save(path, lambda tmp: torch.save(state, tmp))
 
 
 # --- the loop ---------------------------------------------------------------------------------
@@ -524,11 +531,12 @@ class Trainer:
         if len(seqs) < 2:
             raise LocalspecError(f"too little training data in {folder}/data: {len(seqs)} items")
         if cfg.eval_data:
+            check_eval_data(cfg.eval_data, os.path.join(folder, "data"))
             self.train_seqs, self.held_seqs = seqs, load_sequences(cfg.eval_data)
-        else:  # by a hash of each sequence's name, so data added later keeps the split
+        else:  # by a hash of each sequence's name, so data added later keeps the split; the
+            # first sequence is always held out, so the set is never empty
             kept = [_hashed_share(s.key, cfg.seed) < cfg.held_out for s in seqs]
-            if not any(kept):
-                kept[0] = True
+            kept[0] = True
             self.train_seqs = [s for s, k in zip(seqs, kept, strict=True) if not k]
             self.held_seqs = [s for s, k in zip(seqs, kept, strict=True) if k]
             if not self.train_seqs:
@@ -570,10 +578,16 @@ class Trainer:
             self.history = resume["history"]
             self.untrained = EvalResult(**resume["untrained"]) if resume["untrained"] else None
             log(f"resuming at step {self.step} ({self.seconds / 60:.1f} min trained so far)")
-            if resume.get("n_windows") != len(self.train_data.windows):
-                # the data grew: the pass in progress is over, the next covers all of it
+            if "n_windows" not in resume:
+                log(
+                    "this run was started by an older localspec: its held-out set was drawn "
+                    "differently, so estimates from here on are not comparable with earlier ones"
+                )
+                self.untrained = None
+            elif resume["n_windows"] != len(self.train_data.windows):
+                # the data grew: the pass in progress starts over, covering all of it
                 log(f"the data grew to {self.unique_positions} labelled positions")
-                self.epoch, self.cursor = self.epoch + 1, 0
+                self.cursor = 0
 
     def _load_state(self) -> dict[str, Any] | None:
         import torch
@@ -680,6 +694,11 @@ class Trainer:
         the target's embeddings, too large to rewrite every few minutes)."""
         from .speculators_format import export_speculators
 
+        if not self.cfg.verifier:
+            self.log(
+                f"{self.folder}/speculators names no verifier: pass --verifier (the Hugging "
+                "Face model the GGUF target was made from) to serve it with vLLM as it is"
+            )
         return export_speculators(
             self.model,
             self.folder,
@@ -687,6 +706,7 @@ class Trainer:
             self.draft_ids,
             verifier=self.cfg.verifier,
             draft_steps=self.cfg.steps_unrolled,
+            architecture=N.GGUFHeader(self.info.path).architecture or "",
         )
 
     def _autocast(self) -> Any:
@@ -694,7 +714,7 @@ class Trainer:
         master weights, or nothing."""
         import torch
 
-        kind = "cuda" if self.device == "cuda" else "cpu"
+        kind = torch.device(self.device).type
         return torch.autocast(kind, dtype=torch.bfloat16, enabled=self.precision == "bf16")
 
     def evaluate(self) -> EvalResult:
@@ -709,7 +729,7 @@ class Trainer:
             "unique_positions": self.unique_positions,
             "epoch": round(epoch, 4),
             "seconds": round(self.seconds, 1),
-            **asdict(ev),
+            **{k: None if isinstance(v, float) and v != v else v for k, v in asdict(ev).items()},
         }
         with open(os.path.join(self.folder, CURVE), "a", encoding="utf-8") as fh:
             fh.write(json.dumps(point) + "\n")
@@ -794,7 +814,10 @@ class Trainer:
         finally:  # an interrupted run keeps what it learned
             self.save()
             ckpt = self.export()
-            self.export_speculators()
+            try:
+                self.export_speculators()
+            except (OSError, LocalspecError) as exc:  # the run and DIR/checkpoint stand
+                self.log(f"could not write {self.folder}/speculators: {exc}")
         final = self.evaluate()
         return TrainResult(
             folder=self.folder,
@@ -811,7 +834,7 @@ class Trainer:
 
 
 # settings that must not change when a run resumes
-RESUME_KEYS = ("variant", "draft_vocab", "init", "window")
+RESUME_KEYS = ("variant", "draft_vocab", "init", "window", "held_out", "seed")
 TOP_LAYER_TENSORS = (
     "attn_norm.weight",
     "attn_q.weight",

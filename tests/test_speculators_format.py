@@ -107,7 +107,7 @@ def test_speculators_loads_it_and_drafts_the_same_tokens(run):
     ours.eval()
     steps = cfg.steps_unrolled
     seqs = load_sequences(os.path.join(out, "data"))
-    compared = 0
+    compared = ties = 0
     for s in seqs[:4]:
         T = len(s.taps) - steps  # rows whose every draft step has its true next tokens
         taps = torch.from_numpy(s.taps[:T].astype(np.float32))[None]
@@ -121,11 +121,17 @@ def test_speculators_loads_it_and_drafts_the_same_tokens(run):
             )
             states = ours.unroll(ours.encode(taps), nxt, steps)
         for j in range(steps):
-            mine = ours.lm_head(states[j]).argmax(-1)[0, : T - j]
+            logits = ours.lm_head(states[j])[0, : T - j]
+            mine = logits.argmax(-1)
             got = drafts[j][0, : T - j]
-            assert torch.equal(mine, got), f"draft step {j + 1} differs"
+            # the two compute attention differently, so rounding may flip a near-tie on
+            # another CPU: a differing token must be within 1e-4 of our best logit
+            differ = (mine != got).nonzero().flatten()
+            gaps = logits[differ, mine[differ]] - logits[differ, got[differ]]
+            assert (gaps < 1e-4 * logits.abs().max()).all(), f"draft step {j + 1} differs"
             compared += T - j
-    assert compared > 100
+            ties += len(differ)
+    assert compared > 100 and ties <= compared // 100
 
 
 def test_convert_reads_it_like_the_specforge_checkpoint(run):

@@ -193,3 +193,34 @@ def test_bf16_training_keeps_float32_weights(train_pair, tmp_path):
     assert weights["fc.weight"].dtype == np.float32 and np.isfinite(weights["fc.weight"]).all()
     # auto picks bf16 only for widths where it pays (this test model's 288 is not one)
     assert Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None).precision == "fp32"
+
+
+def test_eval_data_must_match_the_run(train_pair, tmp_path):
+    """--eval-data from other taps, or the run's own data, is one clear error."""
+    from localspec.errors import InvalidParameterError, LocalspecError
+
+    _, target, data = train_pair
+    out = str(tmp_path / "mine")
+    _run(target, data, out, [], max_steps=0, max_tokens=800)
+    own = os.path.join(out, "data")
+    with pytest.raises(InvalidParameterError, match="own training data"):
+        Trainer(target, out, _tcfg(max_steps=0, eval_data=own), TAPS, log=lambda m: None)
+    other = str(tmp_path / "other")
+    train(
+        target,
+        [data],
+        other,
+        config=_tcfg(max_steps=0),
+        features=_fcfg(max_tokens=800),
+        taps=(2, 1, 3),
+        show_progress=False,
+        log=lambda m: None,
+    )
+    with pytest.raises(LocalspecError, match="other taps"):
+        Trainer(
+            target,
+            out,
+            _tcfg(max_steps=0, eval_data=os.path.join(other, "data")),
+            TAPS,
+            log=lambda m: None,
+        )

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from ..errors import InvalidParameterError, LocalspecError
 from ..sampling import SamplingParams
 from ..target import Target
 from ..verify import pick
+from .files import atomic_save
 
 MANIFEST = "manifest.json"
 # why the feature pass skips a record, besides the reasons of `datasets.usable`
@@ -148,15 +148,11 @@ class _Seq:
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_save(path, write)
 
 
 def target_identity(path: str) -> dict[str, int]:
@@ -479,24 +475,16 @@ class FeatureWriter:
         # the taps (98% of a shard) in a .npy of their own, which the trainer maps into memory
         # instead of reading: data far larger than RAM still trains
         atomic_save(os.path.join(self.folder, taps_file(name)), lambda tmp: np.save(tmp, taps))
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".npz")
-        os.close(fd)
-        try:
-            np.savez(
-                tmp,
-                labelled=np.concatenate(masks),
-                label_ids=ids,
-                label_logp=logp,
-                tokens=tokens,
-                offsets=offsets,
-                tok_offsets=tok_offsets.astype(np.int64),
-                loss_start=np.array([s.loss_start for s in seqs], np.int64),
-            )
-            os.replace(tmp, os.path.join(self.folder, name))
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        labels: dict[str, Any] = {
+            "labelled": np.concatenate(masks),
+            "label_ids": ids,
+            "label_logp": logp,
+            "tokens": tokens,
+            "offsets": offsets,
+            "tok_offsets": tok_offsets.astype(np.int64),
+            "loss_start": np.array([s.loss_start for s in seqs], np.int64),
+        }
+        atomic_save(os.path.join(self.folder, name), lambda tmp: np.savez(tmp, **labels))
         m.shards.append(name)
         m.done.extend(s.item for s in seqs)
         m.n_tokens += int(offsets[-1])
@@ -507,32 +495,6 @@ class FeatureWriter:
 
 def taps_file(shard: str) -> str:
     return shard.removesuffix(".npz") + ".taps.npy"
-
-
-def atomic_save(path: str, write: Callable[[str], None]) -> None:
-    """write(tmp) into a temporary file beside path, then rename it over path: a reader sees
-    the old file or the new one, never half of one."""
-    suffix = os.path.splitext(path)[1]
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def replace_folder(tmp: str, out: str) -> None:
-    """Put the finished folder tmp in out's place (out's old contents are removed)."""
-    if os.path.isdir(out):
-        old = out + ".old"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def _compact(taps: np.ndarray) -> np.ndarray:

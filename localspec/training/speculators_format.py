@@ -10,15 +10,12 @@ checkpoint loads whole without the verifier's weights.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import numpy as np
 
-from .features import replace_folder
+from .files import draft_vocab_maps, write_checkpoint
 
 SPECULATORS_DIR = "speculators"
 SPECULATORS_VERSION = "0.9.0"
@@ -99,18 +96,12 @@ def speculators_config(
 
 def speculators_tensors(model: Any, draft_ids: np.ndarray) -> dict[str, Any]:
     """Our parameter names (SpecForge's `midlayer.*`) as speculators names them."""
-    import torch
-
     out = {}
     for name, value in model.state_dict().items():
         key = "layers.0." + name.removeprefix("midlayer.") if name.startswith("midlayer.") else name
         out[key] = value.detach().float().cpu().contiguous()
     out["embed_tokens.weight"] = model.embed.detach().float().cpu().contiguous()
-    ids = torch.from_numpy(np.asarray(draft_ids, dtype=np.int64))
-    out["d2t"] = ids - torch.arange(len(ids))  # offsets: target id = i + d2t[i]
-    t2d = torch.zeros(model.c.vocab_size, dtype=torch.bool)
-    t2d[ids] = True
-    out["t2d"] = t2d
+    out.update(draft_vocab_maps(draft_ids, model.c.vocab_size))
     return out
 
 
@@ -126,23 +117,10 @@ def export_speculators(
 ) -> str:
     """Write folder/speculators (config.json, model.safetensors), replacing it whole. A
     verifier given as a local folder is recorded by its absolute path."""
-    from safetensors.torch import save_file
-
-    out = os.path.join(folder, SPECULATORS_DIR)
-    tmp = tempfile.mkdtemp(dir=folder, prefix=".tmp-spec-")
-    try:
-        save_file(
-            speculators_tensors(model, draft_ids),
-            os.path.join(tmp, "model.safetensors"),
-            metadata={"format": "pt"},
-        )
-        if verifier and os.path.isdir(verifier):
-            verifier = os.path.abspath(verifier)
-        cfg = speculators_config(model.c, taps, verifier, draft_steps, architecture)
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
-            json.dump(cfg, fh, indent=2)
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    if verifier and os.path.isdir(verifier):
+        verifier = os.path.abspath(verifier)
+    return write_checkpoint(
+        os.path.join(folder, SPECULATORS_DIR),
+        speculators_tensors(model, draft_ids),
+        speculators_config(model.c, taps, verifier, draft_steps, architecture),
+    )

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -31,11 +29,10 @@ from .features import (
     FeatureWriter,
     Manifest,
     Sequence,
-    atomic_save,
     load_sequences,
-    replace_folder,
     target_identity,
 )
+from .files import atomic_save, draft_vocab_maps, write_checkpoint
 
 VARIANTS = ("eagle3.1", "eagle3")
 LOSSES = ("kl", "lk")  # kl: cross-entropy against the target's top labels; lk: LK-hybrid,
@@ -441,50 +438,33 @@ def export_checkpoint(
     model: Any, folder: str, taps: tuple[int, ...], draft_ids: np.ndarray, meta: dict[str, Any]
 ) -> str:
     """Write the drafter in SpecForge's layout (LlamaForCausalLMEagle3, safetensors)."""
-    import torch
-    from safetensors.torch import save_file
-
     c = model.c
-    out = os.path.join(folder, CHECKPOINT)
-    tmp = tempfile.mkdtemp(dir=folder, prefix=".tmp-ckpt-")
-    try:
-        tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-        ids = torch.from_numpy(draft_ids)
-        tensors["d2t"] = ids - torch.arange(len(ids))  # offsets: target id = i + d2t[i]
-        t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
-        t2d[ids] = True
-        tensors["t2d"] = t2d
-        save_file(tensors, os.path.join(tmp, "model.safetensors"))
-        config = {
-            "architectures": ["LlamaForCausalLMEagle3"],
-            "model_type": "llama",
-            "hidden_size": c.hidden_size,
-            "intermediate_size": c.intermediate_size,
-            "num_attention_heads": c.n_head,
-            "num_key_value_heads": c.n_head_kv,
-            "num_hidden_layers": 1,
-            "head_dim": c.hidden_size // c.n_head,
-            "rms_norm_eps": c.rms_eps,
-            "rope_theta": c.rope_theta,
-            "max_position_embeddings": c.context_length,
-            "vocab_size": c.vocab_size,
-            "draft_vocab_size": c.draft_vocab_size,
-            "target_hidden_size": c.target_hidden_size,
-            "tie_word_embeddings": False,
-            "torch_dtype": "float32",
-            "fc_norm": c.fc_norm,
-            "norm_output": c.norm_output,
-            # SpecForge numbers taps as layer outputs: input of layer i = output of layer i-1
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [t - 1 for t in taps]},
-            "localspec": meta,
-        }
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
-            json.dump(config, fh, indent=2)
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors.update(draft_vocab_maps(draft_ids, c.vocab_size))
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_attention_heads": c.n_head,
+        "num_key_value_heads": c.n_head_kv,
+        "num_hidden_layers": 1,
+        "head_dim": c.hidden_size // c.n_head,
+        "rms_norm_eps": c.rms_eps,
+        "rope_theta": c.rope_theta,
+        "max_position_embeddings": c.context_length,
+        "vocab_size": c.vocab_size,
+        "draft_vocab_size": c.draft_vocab_size,
+        "target_hidden_size": c.target_hidden_size,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "fc_norm": c.fc_norm,
+        "norm_output": c.norm_output,
+        # SpecForge numbers taps as layer outputs: input of layer i = output of layer i-1
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [t - 1 for t in taps]},
+        "localspec": meta,
+    }
+    return write_checkpoint(os.path.join(folder, CHECKPOINT), tensors, config)
 
 
 def _save_state(path: str, state: dict[str, Any]) -> None:

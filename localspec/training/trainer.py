@@ -33,6 +33,7 @@ from .features import (
     target_identity,
 )
 from .files import atomic_save, draft_vocab_maps, write_checkpoint
+from .head_loss import fused_head_ce
 
 VARIANTS = ("eagle3.1", "eagle3")
 LOSSES = ("kl", "lk")  # kl: cross-entropy against the target's top labels; lk: LK-hybrid,
@@ -358,29 +359,29 @@ def step_losses(
     W = t["W"]
     in_window = torch.arange(W, device=t["taps"].device)[None, :] < t["rows"][:, None]
     outs = model.unroll(model.encode(t["taps"]), t["tokens"], steps)
-    total = 0.0
+    total: Any = 0.0
     correct, counted = [], []
     for j, h in enumerate(outs):
         mask = t["valid"][:, j : j + W] & in_window
         sel = mask.nonzero(as_tuple=True)
         ids = t["ids"][:, j : j + W][sel]
-        logits = model.lm_head(h[sel])
-        lp = logits.float().log_softmax(-1)
         inv = ids < 0
-        q = t["logp"][:, j : j + W][sel].exp().masked_fill(inv, 0.0)
-        q = q / q.sum(-1, keepdim=True).clamp_min(1e-9)
-        lp_ids = lp.gather(-1, ids.clamp_min(0))
-        row_loss = -(q * lp_ids).sum(-1)
-        if loss == "lk":
-            p_target = t["logp"][:, j : j + W][sel].exp().masked_fill(inv, 0.0)
+        p_target = t["logp"][:, j : j + W][sel].exp().masked_fill(inv, 0.0)
+        q = p_target / p_target.sum(-1, keepdim=True).clamp_min(1e-9)
+        train_rows = ~inv[:, 0]  # the target's choice must be draftable
+        row_w = (0.8**j) * train_rows / train_rows.sum().clamp_min(1)
+        if loss == "kl":  # the same cross-entropy without vocabulary-wide temporaries
+            step_loss, top = fused_head_ce(h[sel], model.lm_head.weight, ids, q, row_w)
+        else:
+            logits = model.lm_head(h[sel])
+            lp_ids = logits.float().log_softmax(-1).gather(-1, ids.clamp_min(0))
             alpha = torch.minimum(lp_ids.exp().masked_fill(inv, 0.0), p_target).sum(-1)
             w = torch.exp(-3.0 * alpha.detach())
-            row_loss = w * row_loss + (1.0 - w) * (1.0 - alpha)
-        train_rows = ~inv[:, 0]  # the target's choice must be draftable
-        n = train_rows.sum().clamp_min(1)
-        total = total + (0.8**j) * (row_loss * train_rows).sum() / n
+            row_loss = w * -(q * lp_ids).sum(-1) + (1.0 - w) * (1.0 - alpha)
+            step_loss, top = (row_w * row_loss).sum(), logits.argmax(-1)
+        total = total + step_loss
         ok = torch.zeros_like(mask)
-        ok[sel] = logits.argmax(-1) == ids[:, 0]
+        ok[sel] = top == ids[:, 0]
         correct.append(ok)
         counted.append(mask)
     return total, correct, counted

@@ -1,0 +1,69 @@
+"""The fused head cross-entropy equals the plain autograd form: loss, top-1 tokens and both
+gradients, in float32 and under bf16 autocast, with missing labels and chunked rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from localspec.training import head_loss
+from localspec.training.head_loss import fused_head_ce
+
+
+def _inputs(seed: int, n: int = 300, hidden: int = 48, vocab: int = 500, k: int = 4):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, hidden, generator=g)
+    weight = torch.randn(vocab, hidden, generator=g) * 0.2
+    ids = torch.randint(0, vocab, (n, k), generator=g)
+    ids[torch.rand(n, k, generator=g) < 0.2] = -1  # labels outside the draft vocabulary
+    ids[:5] = -1  # rows with no label at all
+    p = torch.rand(n, k, generator=g).masked_fill(ids < 0, 0.0)
+    q = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
+    row_w = (ids[:, 0] >= 0).float() * 0.8 / n
+    return h, weight, ids, q, row_w
+
+
+def _plain(h, weight, ids, q, row_w):
+    logits = h @ weight.T
+    lp = logits.float().log_softmax(-1).gather(-1, ids.clamp_min(0))
+    return (row_w * -(q * lp).sum(-1)).sum(), logits.argmax(-1)
+
+
+@pytest.mark.parametrize("chunk", [64, 4096])
+def test_fused_head_ce_matches_autograd_in_float32(monkeypatch, chunk):
+    monkeypatch.setattr(head_loss, "CHUNK_ROWS", chunk)
+    ref_in = [x.clone().requires_grad_(i < 2) for i, x in enumerate(_inputs(1))]
+    got_in = [x.clone().requires_grad_(i < 2) for i, x in enumerate(_inputs(1))]
+    ref, ref_top = _plain(*ref_in)
+    got, got_top = fused_head_ce(*got_in)
+    (3.0 * ref).backward()
+    (3.0 * got).backward()
+    assert torch.allclose(got, ref, rtol=1e-5, atol=1e-7)
+    assert torch.equal(got_top, ref_top)
+    for a, b in zip(got_in[:2], ref_in[:2], strict=True):
+        assert a.grad is not None and b.grad is not None
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-8)
+        assert float(b.grad.abs().max()) > 0
+
+
+def test_fused_head_ce_under_bf16_autocast():
+    ref_in = [x.clone().requires_grad_(i < 2) for i, x in enumerate(_inputs(2))]
+    got_in = [x.clone().requires_grad_(i < 2) for i, x in enumerate(_inputs(2))]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref, _ = _plain(*ref_in)
+        got, _ = fused_head_ce(*got_in)
+    ref.backward()
+    got.backward()
+    assert abs(got.item() - ref.item()) <= 1e-2 * abs(ref.item())
+    for a, b in zip(got_in[:2], ref_in[:2], strict=True):
+        assert a.grad is not None and b.grad is not None and a.grad.dtype == torch.float32
+        rel = float((a.grad - b.grad).norm() / b.grad.norm())
+        assert rel < 2e-2, rel
+
+
+def test_fused_head_ce_without_gradients():
+    h, weight, ids, q, row_w = _inputs(3)
+    with torch.no_grad():
+        got, top = fused_head_ce(h, weight, ids, q, row_w)
+    ref, ref_top = _plain(h, weight, ids, q, row_w)
+    assert torch.allclose(got, ref, rtol=1e-5) and torch.equal(top, ref_top)

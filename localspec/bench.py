@@ -3,7 +3,8 @@
 Every prompt is answered once per setting, the settings in a rotated order per prompt, so slow
 drifts of a shared machine hit all of them alike. Speed is decoding speed (prompt processing
 excluded); speedups are ratios to plain decoding measured in the same run. Greedy runs also
-check that every setting produced exactly the plain tokens.
+check that every setting produced exactly the plain tokens. Given several drafters, every
+speculative setting runs once per drafter on the same loaded target (Engine.use_drafter).
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
 
 @dataclass
 class SettingResult:
-    label: str  # "plain", "auto", "k=3", "tree 4x2/8"
+    label: str  # "plain", "auto", "k=3", "tree 4x2/8" (+ " NAME" when drafters are compared)
     gen: dict[str, Any]  # what engine.chat gets to run it (n_draft / tree, draft_source)
+    drafter: str | None = None  # the drafter put to work for it (None: whichever is loaded)
     stats: Stats = field(default_factory=Stats)
     prompt_tps: list[float] = field(default_factory=list)
     mismatches: int = 0  # greedy prompts whose tokens differ from plain decoding
@@ -136,6 +138,10 @@ class SettingResult:
     @property
     def speculative(self) -> bool:
         return self.k != 0
+
+    @property
+    def is_auto(self) -> bool:
+        return self.gen.get("n_draft") == "auto" and "tree" not in self.gen
 
     def as_dict(self, plain: SettingResult | None) -> dict[str, Any]:
         st = self.stats
@@ -158,6 +164,7 @@ class SettingResult:
             "draft_host_ms_per_position": st.draft_host_ms,
             "mismatches": self.mismatches,
             "draft_source": self.gen.get("draft_source"),
+            "drafter": self.drafter,
             # per draft source: steps it drafted in, drafted, accepted, tau, acceptance_rate
             "sources": {name: x.as_dict() for name, x in sorted(st.sources.items())},
         }
@@ -168,18 +175,52 @@ class SettingResult:
 
 
 def settings_for(
-    ks: Sequence[int], trees: Sequence[Any], auto: bool, source: str = "auto"
+    ks: Sequence[int],
+    trees: Sequence[Any],
+    auto: bool,
+    source: str = "auto",
+    drafters: Sequence[str] = (),
 ) -> list[SettingResult]:
     """Plain first, then auto, every fixed chain length and every fixed tree shape; the
     speculative settings draft from ``source`` (the engine's draft_source: auto, eagle or
-    ngram)."""
-    plain = SettingResult("plain", {"n_draft": 0, "draft_source": "none"})
-    out = [plain]
+    ngram). With several drafters every speculative setting is there once per drafter, its
+    label ending in the drafter's short name (drafter_names); one drafter keeps the plain
+    labels."""
+    gens: list[tuple[str, dict[str, Any]]] = []
     if auto:
-        out.append(SettingResult("auto", {"n_draft": "auto", "draft_source": source}))
-    out += [SettingResult(f"k={k}", {"n_draft": k, "draft_source": source}) for k in ks]
-    out += [SettingResult(str(t), {"tree": t, "draft_source": source}) for t in trees]
+        gens.append(("auto", {"n_draft": "auto", "draft_source": source}))
+    gens += [(f"k={k}", {"n_draft": k, "draft_source": source}) for k in ks]
+    gens += [(str(t), {"tree": t, "draft_source": source}) for t in trees]
+    out = [SettingResult("plain", {"n_draft": 0, "draft_source": "none"})]
+    if len(drafters) <= 1:
+        only = drafters[0] if drafters else None
+        return out + [SettingResult(label, gen, only) for label, gen in gens]
+    names = drafter_names(drafters)
+    for label, gen in gens:
+        out += [
+            SettingResult(f"{label} {n}", dict(gen), d)
+            for n, d in zip(names, drafters, strict=True)
+        ]
     return out
+
+
+def drafter_names(paths: Sequence[str]) -> list[str]:
+    """Short names for drafter files: the file name without .gguf (and .eagle3, which the
+    default NAME.eagle3.gguf gives every drafter), with as many parent folders as it takes to
+    tell equal names apart (a numbered suffix where even that cannot)."""
+    parts = [os.path.normpath(p).split(os.sep) for p in paths]
+    parts = [[*p[:-1], p[-1].removesuffix(".gguf").removesuffix(".eagle3")] for p in parts]
+    names = [p[-1] for p in parts]
+    depth = 1
+    while len(set(names)) < len(names) and depth < max(len(p) for p in parts):
+        depth += 1
+        seen = {n: names.count(n) for n in names}
+        names = [
+            "/".join(p[-depth:]) if seen[n] > 1 else n for n, p in zip(names, parts, strict=True)
+        ]
+    if len(set(names)) < len(names):  # one file given twice
+        names = [f"{n}#{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
+    return names
 
 
 def speedup(r: SettingResult, plain: SettingResult) -> float:
@@ -209,11 +250,12 @@ class SetResult:
 
     def best_fixed(self) -> SettingResult:
         """The fastest fixed setting (plain included): what a hand-tuned user would pick."""
-        fixed = [s for s in self.settings if s.label != "auto"]
+        fixed = [s for s in self.settings if not s.is_auto]
         return max(fixed, key=lambda r: r.stats.tokens_per_s)
 
-    def auto(self) -> SettingResult | None:
-        return next((s for s in self.settings if s.label == "auto"), None)
+    def autos(self) -> list[SettingResult]:
+        """The auto settings (one per drafter compared)."""
+        return [s for s in self.settings if s.is_auto]
 
 
 def run_set(
@@ -229,7 +271,8 @@ def run_set(
 ) -> SetResult:
     """Answer every prompt (all its turns) with each setting, in rotated order per prompt;
     settings[0] must be plain decoding (the reference for speed and greedy output). Each
-    setting's conversation starts from an empty cache and reuses it across its own turns."""
+    setting's conversation starts from an empty cache and reuses it across its own turns; a
+    setting with a drafter of its own puts it to work first (engine.use_drafter)."""
     settings = list(settings)
     greedy = temperature == 0.0
     total = len(prompts) * len(settings)
@@ -238,6 +281,8 @@ def run_set(
         order = settings[i % len(settings) :] + settings[: i % len(settings)]
         outputs: dict[str, list[list[int]]] = {}
         for s in order:
+            if s.drafter is not None:
+                engine.use_drafter(s.drafter)  # nothing to do when it is already at work
             engine.reset()  # every setting starts cold; later turns reuse their own cache
             msgs = list(p.history)
             st = Stats()
@@ -273,9 +318,10 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
     turns = "greedy" if temperature == 0 else f"temperature {temperature}"
     source = next((s.gen["draft_source"] for s in res.settings[1:] if "draft_source" in s.gen), "")
     drafts = f", draft source {source}" if source else ""
+    w = max(15, *(len(s.label) for s in res.settings))  # labels name compared drafters
     lines = [
         f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}{drafts}",
-        f"{'setting':>15} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5} "
+        f"{'setting':>{w}} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5} "
         f"{'draft ms/pos':>12} {'host/pos':>8}  "
         "acceptance by position | shapes run (auto: model's predicted tok/s)",
     ]
@@ -291,21 +337,20 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
             else f"{'-':>12} {'-':>8}"
         )
         extra = ""
-        if s.label == "auto":
+        if s.is_auto:
             extra = f" | {st.shape_summary()}; predicted {st.predicted_tokens_per_s:.1f}"
         flag = f"  !! {s.mismatches} prompts differ from plain" if s.mismatches else ""
         lines.append(
-            f"{s.label:>15} {st.tokens_per_s:8.1f} {speedup(s, plain):7.2f}x "
+            f"{s.label:>{w}} {st.tokens_per_s:8.1f} {speedup(s, plain):7.2f}x "
             f"{median_speedup(s, plain):6.2f}x {tau} {per_pos}  {acc}{extra}{flag}"
         )
         if s.speculative and st.sources:
-            lines.append(f"{'':>15} {format_sources(st)}")
+            lines.append(f"{'':>{w}} {format_sources(st)}")
     best = res.best_fixed()
     line = f"best fixed setting: {best.label} ({speedup(best, plain):.2f}x plain)"
-    auto = res.auto()
-    if auto is not None:
+    for auto in res.autos():
         line += (
-            f"; auto: {speedup(auto, plain):.2f}x plain, "
+            f"; {auto.label}: {speedup(auto, plain):.2f}x plain, "
             f"{auto.stats.tokens_per_s / max(best.stats.tokens_per_s, 1e-9):.2f}x best fixed"
         )
     lines.append(line)
@@ -359,7 +404,8 @@ def machine() -> dict[str, Any]:
 
 
 def write_png(path: str, sets: list[SetResult], curve: dict[int, float]) -> None:
-    """Speedup and tau per k for each prompt set, and the verify-cost curve."""
+    """Speedup and tau per k for each prompt set (and drafter, where several are compared),
+    and the verify-cost curve."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -370,13 +416,17 @@ def write_png(path: str, sets: list[SetResult], curve: dict[int, float]) -> None
         labels = [s.label for s in res.settings]
         a1.plot(labels, [speedup(s, res.plain) for s in res.settings], marker="o", label=res.name)
         chains = [s for s in res.settings if s.k]
-        a2.plot(
-            [s.k + 1 for s in chains if s.k],
-            [s.stats.tau for s in chains],
-            marker="s",
-            linestyle="--",
-            label=f"tau, {res.name}",
-        )
+        drafters = list(dict.fromkeys(s.drafter for s in chains))
+        names = dict(zip(drafters, drafter_names([d or "" for d in drafters]), strict=True))
+        for d in drafters:
+            mine = [s for s in chains if s.drafter == d]
+            a2.plot(
+                [s.k + 1 for s in mine if s.k],
+                [s.stats.tau for s in mine],
+                marker="s",
+                linestyle="--",
+                label=f"tau, {res.name}" + (f", {names[d]}" if len(drafters) > 1 else ""),
+            )
     a1.tick_params(axis="x", labelrotation=45, labelsize=8)
     a1.axhline(1.0, color="grey", linewidth=0.8)
     a1.set_xlabel("setting")
@@ -408,13 +458,16 @@ def report(
     curve: dict[int, float],
     *,
     target: str,
-    drafter: str | None,
+    drafters: Sequence[str],
     options: dict[str, Any],
 ) -> dict[str, Any]:
+    """The run as JSON: "drafters" lists every drafter compared, "drafter" is the one drafter
+    (null with none or several; each setting names its own)."""
     return {
         "machine": machine(),
         "target": target,
-        "drafter": drafter,
+        "drafter": drafters[0] if len(drafters) == 1 else None,
+        "drafters": list(drafters),
         "options": options,
         "verify_curve_s": {str(n): t for n, t in curve.items()},
         "sets": {

@@ -379,10 +379,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Answers each prompt with plain decoding, auto, every k and every tree "
         "in rotated order, prints a table per prompt set (tokens/s, speedup, tau, acceptance "
         "by position, shapes auto ran) and the target's verify-cost curve, and writes "
-        "PREFIX.json and PREFIX.png.",
+        "PREFIX.json and PREFIX.png. Several --draft files are compared side by side: each "
+        "speculative setting runs once per drafter on the same loaded target.",
     )
     b.add_argument("target", nargs="?", help=TARGET_HELP)
-    b.add_argument("--draft", help="drafter GGUF (default: the one paired with the target)")
+    b.add_argument(
+        "--draft",
+        nargs="+",
+        metavar="D.gguf",
+        help="drafter GGUF, or several to compare side by side (default: the one paired with "
+        "the target)",
+    )
     b.add_argument(
         "--prompts",
         nargs="+",
@@ -584,6 +591,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_drafter(path: str) -> bool:
+    """Whether a file is an EAGLE-3 GGUF drafter (read from its header only)."""
+    from . import _native as N
+    from . import gguf_keys as K
+
+    try:
+        return N.GGUFHeader(path).architecture == K.EAGLE3_ARCH
+    except (OSError, LocalspecError, ValueError):
+        return True  # not readable as a GGUF: let the drafter checks name the problem
+
+
+def _bench_drafters(paths: Sequence[str] | None, source: str) -> list[str]:
+    """The --draft files to compare ([]: the drafter paired with the target, or none)."""
+    paths = list(paths or [])
+    if len({os.path.realpath(p) for p in paths}) < len(paths):
+        raise LocalspecError("--draft names a file twice")
+    if len(paths) > 1 and source == "ngram":
+        raise LocalspecError(
+            "--draft-source ngram drafts from no EAGLE drafter: several --draft files would "
+            "all measure the same n-gram drafts"
+        )
+    return paths
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -613,7 +644,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     if args.busy < 0:
         raise LocalspecError("--busy must be >= 0")
-    eng = load(_target(args), draft=args.draft, **_engine_options(args))
+    if args.draft and not args.target and len(args.draft) > 1 and not _is_drafter(args.draft[-1]):
+        # `--draft D TARGET`: argparse gave the target to --draft's list
+        args.target = args.draft.pop()
+    drafts = _bench_drafters(args.draft, source)
+    eng = load(_target(args), draft=drafts[0] if drafts else None, **_engine_options(args))
     with eng, bench.busy_load(args.busy):
         if eng.draft_path is None and (source == "eagle" or (source == "auto" and args.no_auto)):
             # auto drafts from the n-gram index without a drafter; fixed -k / --tree do not
@@ -621,16 +656,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 f"bench compares speculation with plain decoding: {eng.drafter_note} "
                 "(auto and --draft-source ngram need no drafter)"
             )
-        print(
-            f"target:  {eng.target_path}\ndrafter: {eng.draft_path}\ndraft source: {source}",
-            file=sys.stderr,
-        )
+        drafts = drafts or ([eng.draft_path] if eng.draft_path else [])
+        # every drafter is loaded (and checked against the target) before measuring, and
+        # warmed up: first-call costs (auto's calibration among them) stay out of the numbers
+        for d in reversed(drafts):
+            eng.use_drafter(d)
+            eng.complete("Hello", max_tokens=8)
+        if not drafts:
+            eng.complete("Hello", max_tokens=8)
+        shown = "\n".join(f"drafter: {d}" for d in drafts) or f"drafter: {eng.draft_path}"
+        print(f"target:  {eng.target_path}\n{shown}\ndraft source: {source}", file=sys.stderr)
         if args.busy:
             print(f"with {args.busy} other processes busy on the CPU", file=sys.stderr)
-        eng.complete("Hello", max_tokens=8)  # warm-up: first-call costs stay out of the numbers
         results = []
         for name, prompts in sets.items():
-            settings = bench.settings_for(ks, trees, auto=not args.no_auto, source=source)
+            settings = bench.settings_for(
+                ks, trees, auto=not args.no_auto, source=source, drafters=drafts
+            )
             bar = tqdm(total=len(prompts) * len(settings), desc=name, unit="run", leave=False)
 
             def tick(done: int, total: int, bar: Any = bar) -> None:
@@ -657,7 +699,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             results,
             curve,
             target=eng.target_path,
-            drafter=eng.draft_path,
+            drafters=drafts,
             options={
                 "ks": ks,
                 "trees": [str(t) for t in trees],

@@ -133,6 +133,9 @@ class Engine:
         self._closed = False
         self._recalibrate = bool(recalibrate)
         self._drafter: Drafter | None = None
+        # every drafter loaded so far (realpath -> it and its scheduler), for use_drafter
+        self._drafters: dict[str, tuple[Drafter, Scheduler]] = {}
+        self._no_draft = draft is False
         self.drafter_note = ""
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
         spec = DrafterSpec(os.fspath(draft)) if draft is not None and draft is not False else None
@@ -150,10 +153,7 @@ class Engine:
             if spec is not None:
                 spec.check_pair(self._target)
                 self._target.enable_taps(spec.taps)
-                # a tree's frontier takes two banks of top_k sequences (+ the history's)
-                self._drafter = Drafter(
-                    spec, self._target, self._rt, n_seq_max=2 * self._max_top_k + 1
-                )
+                self._drafter = self._new_drafter(spec)
                 self.drafter_note = f"{spec.variant} drafter {spec.path}"
             elif draft is False:
                 self.drafter_note = "no EAGLE drafter (draft=False)"
@@ -175,6 +175,11 @@ class Engine:
         )
         self._probe = Probe(cost_clock(self._rt.n_gpu_layers != 0 and N.gpu_offload_supported()))
         self._state = SpecState(self._target, self._drafter, self._probe)
+        if self._drafter is not None:
+            self._drafters[os.path.realpath(self._drafter.spec.path)] = (
+                self._drafter,
+                self._scheduler,
+            )
 
     # --- what is loaded ------------------------------------------------------------------------
 
@@ -360,6 +365,61 @@ class Engine:
             self._empty_caches()
             self._state.forget()
 
+    def use_drafter(self, draft: str | os.PathLike[str]) -> None:
+        """Put another EAGLE drafter to work with the loaded target (which is not loaded again).
+        Drafters used before stay loaded, so switching back costs nothing but the switch; each
+        keeps its own calibration and auto's judgement of it. The drafter at work is left as
+        it is; after any other switch both caches are empty (the next call processes its whole
+        prompt), the n-gram source forgets the session as after ``reset()``, and a generation
+        still running is superseded. A drafter tapping other layers of the target moves the
+        taps. The file is checked against the target before anything is loaded; on any failure
+        (LocalspecError naming the file) the previous drafter stays at work: a file its header
+        or the pair check refuses changes nothing, one refused while loading leaves the caches
+        empty."""
+        path = os.fspath(draft)
+        key = os.path.realpath(path)
+        with self._lock:
+            self._check_open()
+            loaded = self._drafters.get(key)
+            if loaded is not None and loaded[0] is self._drafter:
+                return
+            if loaded is None:
+                loaded = self._load_drafter(path)
+                self._drafters[key] = loaded
+            drafter, scheduler = loaded
+            self._current = None  # the caches change under a running generation
+            if self._target.taps != drafter.spec.taps:
+                self._target.enable_taps(drafter.spec.taps)  # checked when it was loaded
+            self._drafter, self._scheduler = drafter, scheduler
+            self._state = SpecState(self._target, drafter, self._probe)
+            self._empty_caches()
+            self.drafter_note = f"{drafter.spec.variant} drafter {drafter.spec.path}"
+
+    def _load_drafter(self, path: str) -> tuple[Drafter, Scheduler]:
+        """A drafter for use_drafter, and a scheduler of its own; refused (LocalspecError)
+        before any native work where its header says it cannot pair with the target."""
+        if self._no_draft:
+            # without a drafter at load the target has no sequences for draft trees
+            raise LocalspecError(
+                f"cannot use drafter {path}: this engine was loaded with draft=False, which "
+                "leaves out what draft trees need; load it with a drafter to switch drafters"
+            )
+        spec = DrafterSpec(path)
+        spec.check_pair(self._target)
+        self._current = None  # a graph-callback target's first tap check decodes a probe
+        try:
+            self._target.check_tappable(spec.taps)
+            drafter = self._new_drafter(spec)
+        except BaseException:
+            self._empty_caches()
+            raise
+        scheduler = Scheduler(has_drafter=True, max_tree=self._max_tree, max_top_k=self._max_top_k)
+        return drafter, scheduler
+
+    def _new_drafter(self, spec: DrafterSpec) -> Drafter:
+        # a tree's frontier takes two banks of top_k sequences (+ the history's)
+        return Drafter(spec, self._target, self._rt, n_seq_max=2 * self._max_top_k + 1)
+
     # --- sessions on disk ----------------------------------------------------------------------
 
     def save_session(self, path: str | os.PathLike[str]) -> int:
@@ -462,8 +522,11 @@ class Engine:
             if self._closed:
                 return
             self._closed = True
+            drafters = {id(d): d for d, _ in self._drafters.values()}
             if self._drafter is not None:
-                self._drafter.close()  # its context borrows from the target's: free first
+                drafters[id(self._drafter)] = self._drafter
+            for drafter in drafters.values():
+                drafter.close()  # its context borrows from the target's: free first
             if getattr(self, "_target", None) is not None:
                 self._target.close()
 

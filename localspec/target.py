@@ -148,8 +148,11 @@ class Target:
         return self._census
 
     def enable_taps(self, layer_ids: tuple[int, ...]) -> None:
-        """Keep the input of these layers for every decoded token (checked: no native abort)."""
+        """Keep the input of these layers for every decoded token (checked: no native abort).
+        Called again with other layers (another drafter), the previous layers stop being kept
+        first: llama.cpp would otherwise go on copying them out at every decode."""
         self.check_tappable(layer_ids)
+        self.set_taps_active(False)
         self.taps = tuple(layer_ids)
         if self.tap_route == STAGING:
             self._tap_source = StagingTaps(self.ctx, self.taps)

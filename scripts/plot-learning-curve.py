@@ -45,15 +45,19 @@ def main() -> None:
                 alpha=1.0 - 0.17 * j,
                 label=f"{name} step {j + 1}" if j in (0, len(pts[-1]["acc"]) - 1) else None,
             )
-        axes[2].plot(x, [p["tau_short"] for p in pts], color=line.get_color(), ls="--")
-        axes[2].plot(x, [p["tau_long"] for p in pts], color=line.get_color(), label=name)
+        # None (no held-out row that short or long) leaves a gap in the line
+        nan = float("nan")
+        short = [nan if p["tau_short"] is None else p["tau_short"] for p in pts]
+        long = [nan if p["tau_long"] is None else p["tau_long"] for p in pts]
+        axes[2].plot(x, short, color=line.get_color(), ls="--")
+        axes[2].plot(x, long, color=line.get_color(), label=name)
         print(f"\n{name}")
-        print("positions   epoch   tau    short  long   agreement per draft step")
-        for p in pts:
+        print("positions   epoch   hours  tau    short  long   agreement per draft step")
+        for p, s, lg in zip(pts, short, long, strict=True):
             acc = " ".join(f"{v:.0%}" for v in p["acc"])
             print(
-                f"{p['positions']:>9}  {p['epoch']:>6.2f}  {p['tau']:.3f}  "
-                f"{p['tau_short']:.3f}  {p['tau_long']:.3f}  {acc}"
+                f"{p['positions']:>9}  {p['epoch']:>6.2f}  {p['seconds'] / 3600:5.2f}  "
+                f"{p['tau']:.3f}  {s:.3f}  {lg:.3f}  {acc}"
             )
     axes[0].set(title="held-out tau (chain of 5)", xlabel="positions seen (M)", ylabel="tau")
     axes[1].set(title="agreement per draft step", xlabel="positions seen (M)")

@@ -96,6 +96,70 @@ def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
     assert s["best_fixed"] == max(fixed, key=lambda x: x["tokens_per_s"])["setting"]
     assert set(data["verify_curve_s"]) == {"1", "2", "3", "5"}
     assert Path(out + ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # one drafter: it is the run's drafter and every speculative setting's
+    assert data["drafter"] == agree[1] and data["drafters"] == [agree[1]]
+    assert [x["drafter"] for x in s["settings"]] == [None] + [agree[1]] * 4
+
+
+@pytest.fixture(scope="module")
+def other_drafter(agree, tmp_path_factory) -> str:
+    """A random drafter for the agreeing target that taps other layers (1, 2, 3)."""
+    path = str(tmp_path_factory.mktemp("other") / "other.eagle3.gguf")
+    return tm.random_drafter_for(agree[0], path, taps=(1, 2, 3))
+
+
+def test_cli_bench_compares_drafters_side_by_side(agree, other_drafter, prompts, tmp_path, capsys):
+    out = str(tmp_path / "b")
+    # the target after the drafters, as users type it: it is not taken for a third drafter
+    args = ["bench", "--draft", agree[1], other_drafter, agree[0], "--prompts", prompts]
+    rc = main([*args, "--k", "2", "--tree", "2,2,4", "-n", "12", "--out", out, "-t", "2"])
+    io = capsys.readouterr()
+    assert rc == 0, io.err
+    assert f"drafter: {agree[1]}\ndrafter: {other_drafter}" in io.err
+    data = json.loads(Path(out + ".json").read_text())
+    assert data["drafters"] == [agree[1], other_drafter] and data["drafter"] is None
+    settings = data["sets"]["prompts.jsonl"]["settings"]
+    names = ("agree", "other")
+    assert [x["setting"] for x in settings] == ["plain"] + [
+        f"{label} {n}" for label in ("auto", "k=2", "tree 2x2/4") for n in names
+    ]
+    assert [x["drafter"] for x in settings] == [None] + [agree[1], other_drafter] * 3
+    assert all(x["mismatches"] == 0 for x in settings)
+    k2 = {x["drafter"]: x for x in settings if x["k"] == 2}
+    assert k2[agree[1]]["tau"] > 2.0 > k2[other_drafter]["tau"]  # each row is its drafter's
+    assert all(len(x["acceptance_at"]) == 2 for x in k2.values())
+    # the table: a row per drafter with tau and acceptance by position, auto per drafter
+    rows = {
+        line.split()[1]: line for line in io.out.splitlines() if line.lstrip().startswith("k=2")
+    }
+    assert set(rows) == set(names) and all("%" in row for row in rows.values())
+    assert "; auto agree:" in io.out and "; auto other:" in io.out
+    assert Path(out + ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_settings_per_drafter():
+    one = bench.settings_for([2], [TreeShape(3, 2, 5)], auto=True, drafters=["a/x.gguf"])
+    assert [s.label for s in one] == ["plain", "auto", "k=2", "tree 3x2/5"]
+    assert [s.drafter for s in one] == [None, "a/x.gguf", "a/x.gguf", "a/x.gguf"]
+    two = bench.settings_for([2], [], auto=False, drafters=["old.gguf", "d/new.eagle3.gguf"])
+    assert [(s.label, s.drafter) for s in two] == [
+        ("plain", None), ("k=2 old", "old.gguf"), ("k=2 new", "d/new.eagle3.gguf")
+    ]  # fmt: skip
+    assert bench.drafter_names(["a/x.gguf", "b/x.gguf", "y.gguf"]) == ["a/x", "b/x", "y"]
+    assert bench.drafter_names(["a/c/x.gguf", "b/c/x.gguf"]) == ["a/c/x", "b/c/x"]
+    assert bench.drafter_names(["x.gguf", "x.eagle3.gguf"]) == ["x#1", "x#2"]
+
+
+def test_bench_refuses_drafters_it_cannot_compare(agree, models, prompts, tmp_path, capsys):
+    base = ["bench", agree[0], "--prompts", prompts, "--k", "2", "--out", str(tmp_path / "x")]
+    for extra, msg in (
+        (["--draft", agree[1], agree[1]], "names a file twice"),
+        (["--draft", agree[1], models["draft"], "--draft-source", "ngram"], "no EAGLE drafter"),
+        (["--draft", agree[1], models["draft"]], "hidden size"),
+    ):
+        assert main(base + extra) == 1
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err
 
 
 def test_bench_bad_input_is_one_line(models, prompts, tmp_path, capsys):

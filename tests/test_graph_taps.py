@@ -79,6 +79,32 @@ def test_the_callback_is_removed_while_taps_are_off(models) -> None:
         graph.close()
 
 
+@pytest.mark.parametrize("route", [STAGING, GRAPH])
+def test_taps_move_to_other_layers(models, route) -> None:
+    """enable_taps again with other layers (another drafter on the same target): the rows are
+    those of a target tapped at those layers from the start, and the old layers are no longer
+    kept."""
+    rng = np.random.default_rng(2)
+    tokens = [int(t) for t in rng.integers(0, tm.N_VOCAB - 3, 12)]
+    fresh = Target(models["target"], RT, tap_route=route)
+    moved = Target(models["target"], RT, tap_route=route)
+    try:
+        fresh.enable_taps(TAPS)
+        moved.enable_taps((1, 2, 3))
+        moved.decode(tokens[:5], all_logits=False)
+        moved.clear()
+        moved.enable_taps(TAPS)
+        assert moved.taps == TAPS and moved.taps_active
+        if route == STAGING:
+            assert moved.ctx._kept_layers == set(TAPS)
+        for t in (fresh, moved):
+            t.decode(tokens, all_logits=False)
+        np.testing.assert_array_equal(moved.read_taps(12), fresh.read_taps(12))
+    finally:
+        fresh.close()
+        moved.close()
+
+
 def test_a_tap_the_graph_does_not_name_is_refused(models) -> None:
     t = Target(models["target"], RT, tap_route=GRAPH)
     try:

@@ -218,7 +218,7 @@ def drafter_names(paths: Sequence[str]) -> list[str]:
         names = [
             "/".join(p[-depth:]) if seen[n] > 1 else n for n, p in zip(names, parts, strict=True)
         ]
-    if len(set(names)) < len(names):  # one file given twice
+    if len(set(names)) < len(names):  # x.gguf and x.eagle3.gguf in one folder
         names = [f"{n}#{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
     return names
 
@@ -248,9 +248,15 @@ class SetResult:
     def best(self) -> SettingResult:
         return max(self.settings, key=lambda r: r.stats.tokens_per_s)
 
-    def best_fixed(self) -> SettingResult:
-        """The fastest fixed setting (plain included): what a hand-tuned user would pick."""
-        fixed = [s for s in self.settings if not s.is_auto]
+    def best_fixed(self, drafter: str | None = None) -> SettingResult:
+        """The fastest fixed setting (plain included): what a hand-tuned user would pick;
+        with a drafter, among that drafter's settings (auto's baseline when drafters are
+        compared)."""
+        fixed = [
+            s
+            for s in self.settings
+            if not s.is_auto and (drafter is None or s.drafter in (None, drafter))
+        ]
         return max(fixed, key=lambda r: r.stats.tokens_per_s)
 
     def autos(self) -> list[SettingResult]:
@@ -348,10 +354,14 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
             lines.append(f"{'':>{w}} {format_sources(st)}")
     best = res.best_fixed()
     line = f"best fixed setting: {best.label} ({speedup(best, plain):.2f}x plain)"
-    for auto in res.autos():
+    autos = res.autos()
+    for auto in autos:
+        # with several drafters, each auto against the best fixed setting of its own drafter
+        mine = res.best_fixed(auto.drafter) if len(autos) > 1 else best
         line += (
             f"; {auto.label}: {speedup(auto, plain):.2f}x plain, "
-            f"{auto.stats.tokens_per_s / max(best.stats.tokens_per_s, 1e-9):.2f}x best fixed"
+            f"{auto.stats.tokens_per_s / max(mine.stats.tokens_per_s, 1e-9):.2f}x best fixed"
+            + (f" ({mine.label})" if mine is not best else "")
         )
     lines.append(line)
     return "\n".join(lines)

@@ -592,21 +592,28 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _is_drafter(path: str) -> bool:
-    """Whether a file is an EAGLE-3 GGUF drafter (read from its header only)."""
+    """Whether a file is an EAGLE-3 GGUF drafter (read from its header only); anything else,
+    a repo id included, may be the target."""
     from . import _native as N
     from . import gguf_keys as K
 
+    if not os.path.isfile(path):
+        return False
     try:
         return N.GGUFHeader(path).architecture == K.EAGLE3_ARCH
     except (OSError, LocalspecError, ValueError):
-        return True  # not readable as a GGUF: let the drafter checks name the problem
+        return False
 
 
 def _bench_drafters(paths: Sequence[str] | None, source: str) -> list[str]:
     """The --draft files to compare ([]: the drafter paired with the target, or none)."""
+    from .drafter_spec import DrafterSpec
+
     paths = list(paths or [])
     if len({os.path.realpath(p) for p in paths}) < len(paths):
         raise LocalspecError("--draft names a file twice")
+    for p in paths:
+        DrafterSpec(p)  # every header before the target loads: a bad file fails fast
     if len(paths) > 1 and source == "ngram":
         raise LocalspecError(
             "--draft-source ngram drafts from no EAGLE drafter: several --draft files would "
@@ -645,7 +652,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.busy < 0:
         raise LocalspecError("--busy must be >= 0")
     if args.draft and not args.target and len(args.draft) > 1 and not _is_drafter(args.draft[-1]):
-        # `--draft D TARGET`: argparse gave the target to --draft's list
+        # `--draft D TARGET`: argparse gave the target (a GGUF model or a repo id) to --draft
         args.target = args.draft.pop()
     drafts = _bench_drafters(args.draft, source)
     eng = load(_target(args), draft=drafts[0] if drafts else None, **_engine_options(args))

@@ -131,10 +131,10 @@ class Engine:
         self._lock = threading.RLock()  # one step at a time; close() waits for it
         self._current: Generation | None = None
         self._closed = False
-        self._recalibrate = bool(recalibrate)
+        self._recalibrate = bool(recalibrate)  # kept for drafters loaded later
         self._drafter: Drafter | None = None
-        # every drafter loaded so far (realpath -> it and its scheduler), for use_drafter
-        self._drafters: dict[str, tuple[Drafter, Scheduler]] = {}
+        # every drafter loaded so far (file identity -> it and its scheduler), for use_drafter
+        self._drafters: dict[tuple[str, int, int], tuple[Drafter, Scheduler]] = {}
         self._no_draft = draft is False
         self.drafter_note = ""
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
@@ -173,10 +173,11 @@ class Engine:
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
         )
+        self._scheduler.recalibrate = self._recalibrate
         self._probe = Probe(cost_clock(self._rt.n_gpu_layers != 0 and N.gpu_offload_supported()))
         self._state = SpecState(self._target, self._drafter, self._probe)
         if self._drafter is not None:
-            self._drafters[os.path.realpath(self._drafter.spec.path)] = (
+            self._drafters[_file_key(self._drafter.spec.path)] = (
                 self._drafter,
                 self._scheduler,
             )
@@ -288,9 +289,9 @@ class Engine:
             seed=seed,
             stops=stops,
             mode=mode,
-            recalibrate=self._recalibrate,
+            recalibrate=self._scheduler.recalibrate,
         )
-        self._recalibrate = False
+        self._scheduler.recalibrate = False
         self._current = gen
         gen.stats.notes += notes
         self._last_stats = gen.stats
@@ -374,10 +375,11 @@ class Engine:
         still running is superseded. A drafter tapping other layers of the target moves the
         taps. The file is checked against the target before anything is loaded; on any failure
         (LocalspecError naming the file) the previous drafter stays at work: a file its header
-        or the pair check refuses changes nothing, one refused while loading leaves the caches
-        empty."""
+        refuses changes nothing; one refused later (the pair check may decode a probe on a
+        graph-callback target) leaves the caches empty and supersedes a running generation.
+        A file rewritten since it was loaded (e.g. converted again) is loaded anew."""
         path = os.fspath(draft)
-        key = os.path.realpath(path)
+        key = _file_key(path)
         with self._lock:
             self._check_open()
             loaded = self._drafters.get(key)
@@ -404,16 +406,16 @@ class Engine:
                 f"cannot use drafter {path}: this engine was loaded with draft=False, which "
                 "leaves out what draft trees need; load it with a drafter to switch drafters"
             )
-        spec = DrafterSpec(path)
-        spec.check_pair(self._target)
+        spec = DrafterSpec(path)  # the header alone: nothing native yet
         self._current = None  # a graph-callback target's first tap check decodes a probe
         try:
-            self._target.check_tappable(spec.taps)
+            spec.check_pair(self._target)  # ends with the target's tap check
             drafter = self._new_drafter(spec)
         except BaseException:
             self._empty_caches()
             raise
         scheduler = Scheduler(has_drafter=True, max_tree=self._max_tree, max_top_k=self._max_top_k)
+        scheduler.recalibrate = self._recalibrate
         return drafter, scheduler
 
     def _new_drafter(self, spec: DrafterSpec) -> Drafter:
@@ -463,13 +465,13 @@ class Engine:
         machine empties the caches, which would lose a restored session."""
         mode, _ = self._mode(None, None)
         sched = self._scheduler
-        if sched.calibration_needed(mode, self._recalibrate):
+        if sched.calibration_needed(mode, sched.recalibrate):
             rows, widths = sched.calibration_request(self._target.n_batch)
             cal = self._state.calibrate(
-                self._rt, max_rows=rows, top_ks=widths, recalibrate=self._recalibrate
+                self._rt, max_rows=rows, top_ks=widths, recalibrate=sched.recalibrate
             )
             sched.calibrated(cal)
-            self._recalibrate = False
+            sched.recalibrate = False
 
     # --- resources ---------------------------------------------------------------------------
 
@@ -612,3 +614,12 @@ class Engine:
                 f"the prompt has {len(tokens)} tokens; the context holds {self._target.n_ctx}"
             )
         return tokens
+
+
+def _file_key(path: str) -> tuple[str, int, int]:
+    """A drafter file as use_drafter remembers it: the same path rewritten is another file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (os.path.realpath(path), -1, -1)  # DrafterSpec names what is wrong with it
+    return (os.path.realpath(path), st.st_mtime_ns, st.st_size)

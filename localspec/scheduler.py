@@ -98,6 +98,9 @@ class Scheduler:
         self.max_tree = max_tree
         self.max_top_k = max_top_k
         self.cost: CostModel | None = None  # from calibration, on the first auto call
+        # time the machine again at the first auto call instead of using the stored
+        # calibration (the engine's recalibrate option, per drafter: each has its own)
+        self.recalibrate = False
         self.choice: SourceChoice | None = None
         self.mode = Mode("plain")
         self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from localspec.errors import InvalidParameterError
 from localspec.training import head_loss
 from localspec.training.head_loss import fused_head_ce
 
@@ -29,9 +30,10 @@ def _plain(h, weight, ids, q, row_w):
     return (row_w * -(q * lp).sum(-1)).sum(), logits.argmax(-1)
 
 
-@pytest.mark.parametrize("chunk", [64, 4096])
-def test_fused_head_ce_matches_autograd_in_float32(monkeypatch, chunk):
+@pytest.mark.parametrize(("chunk", "block"), [(64, 128), (64, 4096), (4096, 4096)])
+def test_fused_head_ce_matches_autograd_in_float32(monkeypatch, chunk, block):
     monkeypatch.setattr(head_loss, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(head_loss, "GRAD_BLOCK", block)
     ref_in = [x.clone().requires_grad_(i < 2) for i, x in enumerate(_inputs(1))]
     got_in = [x.clone().requires_grad_(i < 2) for i, x in enumerate(_inputs(1))]
     ref, ref_top = _plain(*ref_in)
@@ -63,7 +65,26 @@ def test_fused_head_ce_under_bf16_autocast():
 
 def test_fused_head_ce_without_gradients():
     h, weight, ids, q, row_w = _inputs(3)
+    h.requires_grad_()
     with torch.no_grad():
         got, top = fused_head_ce(h, weight, ids, q, row_w)
-    ref, ref_top = _plain(h, weight, ids, q, row_w)
+    assert not got.requires_grad
+    ref, ref_top = _plain(h.detach(), weight, ids, q, row_w)
     assert torch.allclose(got, ref, rtol=1e-5) and torch.equal(top, ref_top)
+
+
+@pytest.mark.parametrize("trained", ["h", "weight"])
+def test_fused_head_ce_with_one_side_frozen(trained):
+    i = 0 if trained == "h" else 1
+    ref_in = [x.clone().requires_grad_(j == i) for j, x in enumerate(_inputs(4))]
+    got_in = [x.clone().requires_grad_(j == i) for j, x in enumerate(_inputs(4))]
+    _plain(*ref_in)[0].backward()
+    fused_head_ce(*got_in)[0].backward()
+    assert got_in[1 - i].grad is None
+    assert torch.allclose(got_in[i].grad, ref_in[i].grad, rtol=1e-4, atol=1e-8)
+
+
+def test_fused_head_ce_refuses_trained_label_weights():
+    h, weight, ids, q, row_w = _inputs(5)
+    with pytest.raises(InvalidParameterError, match="constants"):
+        fused_head_ce(h, weight, ids, q.requires_grad_(), row_w)

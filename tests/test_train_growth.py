@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,6 +68,11 @@ def test_more_data_extends_a_run_and_keeps_its_held_out_rows(train_pair, tmp_pat
     assert [p["step"] for p in curve] == [0, 4, 8, 12, 16]
     positions = [p["positions"] for p in curve]
     assert positions == sorted(positions) and len(set(positions)) == 5
+    # CPU time of training adds up across the two runs, and the data's own is recorded
+    cpu = [p["cpu_seconds"] for p in curve]
+    assert cpu == sorted(cpu) and cpu[-1] > cpu[1] > 0
+    manifest = json.loads(Path(out, "data", "manifest.json").read_text())
+    assert manifest["cpu_seconds"] > 0
     assert curve[-1]["unique_positions"] > curve[1]["unique_positions"]
     for p in curve:
         assert len(p["acc"]) == 4 and 1.0 <= p["tau"] <= 5.0
@@ -102,7 +108,8 @@ def test_eval_data_judges_on_another_folder(train_pair, tmp_path):
 
 
 def test_lk_loss_is_its_formula(train_pair, tmp_path):
-    """The LK-hybrid loss of one batch, against the formula computed by hand: per row
+    """The LK-hybrid loss of one batch (and the kl loss, its w = 1 case, which runs the
+    fused head), against the formula computed by hand: per row
     w * CE + (1 - w) * (1 - alpha), alpha = sum over the target's labels of
     min(p_draft, p_target), w = exp(-3 alpha); steps weighted 0.8^j, mean over rows."""
     _, target, data = train_pair
@@ -116,13 +123,13 @@ def test_lk_loss_is_its_formula(train_pair, tmp_path):
         kl, _, _ = step_losses(tr.model, t, 4, "kl")
         outs = tr.model.unroll(tr.model.encode(t["taps"]), t["tokens"], 4)
     W = t["W"]
-    want = 0.0
+    want, want_kl = 0.0, 0.0
     for j, h in enumerate(outs):
         p_draft = torch.softmax(tr.model.lm_head(h).detach().double(), -1).numpy()
         ids = t["ids"][:, j : j + W].numpy()
         p_t = np.exp(t["logp"][:, j : j + W].numpy().astype(np.float64))
         rows = t["valid"][:, j : j + W].numpy() & (np.arange(W)[None] < t["rows"].numpy()[:, None])
-        terms = []
+        terms, ces = [], []
         for b, c in zip(*np.nonzero(rows), strict=True):
             k = ids[b, c] >= 0
             if not k[0]:
@@ -134,8 +141,11 @@ def test_lk_loss_is_its_formula(train_pair, tmp_path):
             alpha = np.minimum(pd, pt).sum()
             w = np.exp(-3.0 * alpha)
             terms.append(w * ce + (1 - w) * (1 - alpha))
+            ces.append(ce)
         want += 0.8**j * np.mean(terms)
+        want_kl += 0.8**j * np.mean(ces)
     assert float(got) == pytest.approx(want, rel=1e-4)
+    assert float(kl) == pytest.approx(want_kl, rel=1e-4)  # the fused cross-entropy, too
     assert float(got) != pytest.approx(float(kl), rel=1e-3)  # the blend moved it
     # the blend weight carries no gradient: the head's gradient equals that of
     # w * CE + (1 - w) * (1 - alpha) with w held constant, and differs from w differentiated

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -94,6 +95,8 @@ class Manifest:
     used: int = 0  # the counts of DataReport, saved with `done` so a resumed run adds to them
     trimmed: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    cpu_seconds: float = 0.0  # CPU time (all threads) spent making the shards: what a
+    # position of this kind of data costs, next to the training it buys
 
     def report(self) -> DataReport:
         return DataReport(self.used, self.trimmed, dict(self.skipped))
@@ -201,6 +204,7 @@ class FeatureWriter:
             )
         self.manifest = m or Manifest(target_fingerprint=fp, config=want)
         self.pending: list[_Seq] = []
+        self._cpu_mark = time.process_time()  # CPU time up to the last shard written
         self.eog = target.model.eog_mask()
         self.rng = np.random.default_rng(cfg.seed + len(self.manifest.shards))
         self.sampling = SamplingParams(temperature=cfg.temperature)
@@ -489,6 +493,9 @@ class FeatureWriter:
         m.done.extend(s.item for s in seqs)
         m.n_tokens += int(offsets[-1])
         m.n_label_tokens += int(sum(mask.sum() for mask in masks))
+        now = time.process_time()
+        m.cpu_seconds += now - self._cpu_mark
+        self._cpu_mark = now
         m.save(self.folder)
         self.pending = []
 

@@ -361,6 +361,7 @@ def step_losses(
     outs = model.unroll(model.encode(t["taps"]), t["tokens"], steps)
     total: Any = 0.0
     correct, counted = [], []
+    parts: list[tuple[Any, ...]] = []  # per step: rows' states, labels, weights (kl)
     for j, h in enumerate(outs):
         mask = t["valid"][:, j : j + W] & in_window
         sel = mask.nonzero(as_tuple=True)
@@ -370,20 +371,27 @@ def step_losses(
         q = p_target / p_target.sum(-1, keepdim=True).clamp_min(1e-9)
         train_rows = ~inv[:, 0]  # the target's choice must be draftable
         row_w = (0.8**j) * train_rows / train_rows.sum().clamp_min(1)
-        if loss == "kl":  # the same cross-entropy without vocabulary-wide temporaries
-            step_loss, top = fused_head_ce(h[sel], model.lm_head.weight, ids, q, row_w)
-        else:
-            logits = model.lm_head(h[sel])
-            lp_ids = logits.float().log_softmax(-1).gather(-1, ids.clamp_min(0))
-            alpha = torch.minimum(lp_ids.exp().masked_fill(inv, 0.0), p_target).sum(-1)
-            w = torch.exp(-3.0 * alpha.detach())
-            row_loss = w * -(q * lp_ids).sum(-1) + (1.0 - w) * (1.0 - alpha)
-            step_loss, top = (row_w * row_loss).sum(), logits.argmax(-1)
-        total = total + step_loss
-        ok = torch.zeros_like(mask)
-        ok[sel] = top == ids[:, 0]
-        correct.append(ok)
+        correct.append(torch.zeros_like(mask))
         counted.append(mask)
+        if loss == "kl":  # all steps' rows go through the head at once, below
+            parts.append((h[sel], ids, q, row_w, sel))
+            continue
+        logits = model.lm_head(h[sel])
+        lp_ids = logits.float().log_softmax(-1).gather(-1, ids.clamp_min(0))
+        alpha = torch.minimum(lp_ids.exp().masked_fill(inv, 0.0), p_target).sum(-1)
+        w = torch.exp(-3.0 * alpha.detach())
+        row_loss = w * -(q * lp_ids).sum(-1) + (1.0 - w) * (1.0 - alpha)
+        total = total + (row_w * row_loss).sum()
+        correct[j][sel] = logits.argmax(-1) == ids[:, 0]
+    if parts:
+        # the cross-entropy with its gradient, chunk by chunk (head_loss.py): one call for
+        # every step, so the head weight is cast once and its gradient summed once
+        h_all, ids_all, q_all, w_all = (torch.cat([p[i] for p in parts]) for i in range(4))
+        total, top = fused_head_ce(h_all, model.lm_head.weight, ids_all, q_all, w_all)
+        start = 0
+        for j, (_, ids, _, _, sel) in enumerate(parts):
+            correct[j][sel] = top[start : start + len(ids)] == ids[:, 0]
+            start += len(ids)
     return total, correct, counted
 
 
@@ -550,12 +558,17 @@ class Trainer:
             betas=(0.9, 0.95),
         )
         self.step, self.epoch, self.cursor, self.seconds, self.positions = 0, 0, 0, 0.0, 0
+        self.cpu_seconds = 0.0  # CPU time of training (all threads), for cost per CPU-hour
         self.history: list[dict[str, float]] = []
         self.untrained: EvalResult | None = None
         if resume is not None:
             self.opt.load_state_dict(resume["opt"])
             self.step, self.epoch, self.cursor = resume["step"], resume["epoch"], resume["cursor"]
             self.seconds, self.positions = resume["seconds"], resume["positions"]
+            # states saved before CPU time was kept: wall time x threads, what it was at most
+            self.cpu_seconds = resume.get(
+                "cpu_seconds", self.seconds * (cfg.threads or torch.get_num_threads())
+            )
             self.history = resume["history"]
             self.untrained = EvalResult(**resume["untrained"]) if resume["untrained"] else None
             log(f"resuming at step {self.step} ({self.seconds / 60:.1f} min trained so far)")
@@ -651,6 +664,7 @@ class Trainer:
                 "epoch": self.epoch,
                 "cursor": self.cursor,
                 "seconds": self.seconds,
+                "cpu_seconds": self.cpu_seconds,
                 "positions": self.positions,
                 "n_windows": len(self.train_data.windows),
                 "history": self.history,
@@ -710,6 +724,7 @@ class Trainer:
             "unique_positions": self.unique_positions,
             "epoch": round(epoch, 4),
             "seconds": round(self.seconds, 1),
+            "cpu_seconds": round(self.cpu_seconds, 1),
             **{k: None if isinstance(v, float) and v != v else v for k, v in asdict(ev).items()},
         }
         with open(os.path.join(self.folder, CURVE), "a", encoding="utf-8") as fh:
@@ -731,6 +746,7 @@ class Trainer:
         t_start = time.perf_counter()
         t_saved = t_start
         base_seconds = self.seconds
+        c_start, base_cpu = time.process_time(), self.cpu_seconds
         first_loss: float | None = None
         last_loss: float | None = None
         order = np.random.default_rng(cfg.seed + self.epoch).permutation(
@@ -771,6 +787,7 @@ class Trainer:
                 if first_loss is None:
                     first_loss = last_loss
                 self.seconds = base_seconds + time.perf_counter() - t_start
+                self.cpu_seconds = base_cpu + time.process_time() - c_start
                 epoch = self.epoch + self.cursor / max(len(batches), 1)
                 rec = {
                     "step": self.step,

@@ -62,7 +62,7 @@ def main() -> None:
     axes[0].set(title="held-out tau (chain of 5)", xlabel="positions seen (M)", ylabel="tau")
     axes[1].set(title="agreement per draft step", xlabel="positions seen (M)")
     axes[2].set(
-        title="tau by position in context: long (>= 512, solid), short (< 256, dashed)",
+        title="tau by position in context\nlong >= 512 (solid), short < 256 (dashed)",
         xlabel="positions seen (M)",
     )
     for ax in axes:

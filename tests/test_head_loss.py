@@ -24,6 +24,15 @@ def _inputs(seed: int, n: int = 300, hidden: int = 48, vocab: int = 500, k: int 
     return h, weight, ids, q, row_w
 
 
+def _same_top(got: torch.Tensor, ref: torch.Tensor, logits: torch.Tensor) -> None:
+    """Top-1 tokens agree on every row whose two best logits are not a near-tie (matmuls of
+    other shapes may round the last bits differently on another CPU)."""
+    best = logits.detach().topk(2, dim=-1).values
+    clear = (best[:, 0] - best[:, 1]) > 1e-4
+    assert int(clear.sum()) > 0.9 * len(clear)
+    assert torch.equal(got[clear], ref[clear])
+
+
 def _plain(h, weight, ids, q, row_w):
     logits = h @ weight.T
     lp = logits.float().log_softmax(-1).gather(-1, ids.clamp_min(0))
@@ -41,7 +50,7 @@ def test_fused_head_ce_matches_autograd_in_float32(monkeypatch, chunk, block):
     (3.0 * ref).backward()
     (3.0 * got).backward()
     assert torch.allclose(got, ref, rtol=1e-5, atol=1e-7)
-    assert torch.equal(got_top, ref_top)
+    _same_top(got_top, ref_top, got_in[0] @ got_in[1].T)
     for a, b in zip(got_in[:2], ref_in[:2], strict=True):
         assert a.grad is not None and b.grad is not None
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-8)
@@ -70,7 +79,8 @@ def test_fused_head_ce_without_gradients():
         got, top = fused_head_ce(h, weight, ids, q, row_w)
     assert not got.requires_grad
     ref, ref_top = _plain(h.detach(), weight, ids, q, row_w)
-    assert torch.allclose(got, ref, rtol=1e-5) and torch.equal(top, ref_top)
+    assert torch.allclose(got, ref, rtol=1e-5)
+    _same_top(top, ref_top, h.detach() @ weight.T)
 
 
 @pytest.mark.parametrize("trained", ["h", "weight"])

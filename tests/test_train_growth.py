@@ -34,7 +34,7 @@ def _curve(out: str) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def _run(target, data, out, logs, **kw):
+def _run(target, data, out, logs, taps=TAPS, **kw):
     tkw = {k: v for k, v in kw.items() if k != "max_tokens"}
     return train(
         target,
@@ -42,7 +42,7 @@ def _run(target, data, out, logs, **kw):
         out,
         config=_tcfg(**tkw),
         features=_fcfg(max_tokens=kw.get("max_tokens", 1500)),
-        taps=TAPS,
+        taps=taps,
         show_progress=False,
         log=logs.append,
     )
@@ -216,16 +216,7 @@ def test_eval_data_must_match_the_run(train_pair, tmp_path):
     with pytest.raises(InvalidParameterError, match="own training data"):
         Trainer(target, out, _tcfg(max_steps=0, eval_data=own), TAPS, log=lambda m: None)
     other = str(tmp_path / "other")
-    train(
-        target,
-        [data],
-        other,
-        config=_tcfg(max_steps=0),
-        features=_fcfg(max_tokens=800),
-        taps=(2, 1, 3),
-        show_progress=False,
-        log=lambda m: None,
-    )
+    _run(target, data, other, [], taps=(2, 1, 3), max_steps=0, max_tokens=800)
     with pytest.raises(LocalspecError, match="other taps"):
         Trainer(
             target,

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,8 @@ class Manifest:
             raise LocalspecError(f"{path} is corrupt ({exc}); delete the data folder") from None
 
     def save(self, folder: str) -> None:
-        _atomic_write(os.path.join(folder, MANIFEST), json.dumps(asdict(self)).encode())
+        text = json.dumps(asdict(self))
+        atomic_save(os.path.join(folder, MANIFEST), lambda tmp: Path(tmp).write_text(text))
 
 
 @dataclass
@@ -148,14 +150,6 @@ class _Seq:
         for a, b in self.spans:
             mask[a:b] = True
         return mask
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-
-    atomic_save(path, write)
 
 
 def target_identity(path: str) -> dict[str, int]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 
-def atomic_save(path: str, write: Callable[[str], None]) -> None:
+def atomic_save(path: str, write: Callable[[str], object]) -> None:
     """write(tmp) into a temporary file beside path, then rename it over path."""
     suffix = os.path.splitext(path)[1]
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)

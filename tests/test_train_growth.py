@@ -91,6 +91,11 @@ def test_epochs_stop_a_run_after_that_many_passes(train_pair, tmp_path):
     ]
     assert tr.epoch == 1 and tr.cursor == int(np.ceil(0.5 * per_epoch[1]))
     assert res.steps == per_epoch[0] + tr.cursor
+    # the run ended between two held-out estimates: its end is the curve's last point, once
+    _run(target, data, out, [], max_steps=None, max_epochs=1.5)
+    steps = [p["step"] for p in _curve(out)]
+    assert res.steps % 20 and steps[-1] == res.steps and steps.count(res.steps) == 1
+    assert _curve(out)[-1]["epoch"] == pytest.approx(1.5, abs=0.05)
 
 
 def test_eval_data_judges_on_another_folder(train_pair, tmp_path):

@@ -730,6 +730,14 @@ class Trainer:
         with open(os.path.join(self.folder, CURVE), "a", encoding="utf-8") as fh:
             fh.write(json.dumps(point) + "\n")
 
+    def _last_curve_step(self) -> int | None:
+        try:
+            with open(os.path.join(self.folder, CURVE), encoding="utf-8") as fh:
+                lines = [line for line in fh if line.strip()]
+        except FileNotFoundError:
+            return None
+        return int(json.loads(lines[-1])["step"]) if lines else None
+
     def run(self, progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
         import torch
 
@@ -817,6 +825,8 @@ class Trainer:
             except (OSError, LocalspecError) as exc:  # the run and DIR/checkpoint stand
                 self.log(f"could not write {self.folder}/speculators: {exc}")
         final = self.evaluate()
+        if self.step != self._last_curve_step():  # the run's end is a point of its curve too
+            self._record_curve(final, self.epoch + self.cursor / max(len(batches), 1))
         return TrainResult(
             folder=self.folder,
             checkpoint=ckpt,

@@ -8,7 +8,7 @@
 set -euo pipefail
 export RUNS=${RUNS:-runs/curve}
 TARGET=$(python -c "from localspec.discovery import default_target; print(default_target())")
-bash scripts/learning-curve.sh data
-VARIANTS="eagle3.1:kl" bash scripts/learning-curve.sh train
+bash "$(dirname "$0")/learning-curve.sh" data
+VARIANTS="eagle3.1:kl" bash "$(dirname "$0")/learning-curve.sh" train
 localspec convert "$RUNS/eagle3.1-kl/checkpoint" --target "$TARGET" --outtype q8_0 --force \
   -o localspec/models/SmolLM2-135M-Instruct.Q4_1.eagle3.gguf

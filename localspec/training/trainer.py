@@ -736,7 +736,10 @@ class Trainer:
                 lines = [line for line in fh if line.strip()]
         except FileNotFoundError:
             return None
-        return int(json.loads(lines[-1])["step"]) if lines else None
+        try:
+            return int(json.loads(lines[-1])["step"]) if lines else None
+        except (ValueError, KeyError, TypeError):  # a line cut short by a hard kill
+            return None
 
     def run(self, progress: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
         import torch

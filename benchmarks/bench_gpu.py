@@ -58,6 +58,7 @@ SETTINGS: list[tuple[str, dict]] = [
     ("chain 1", {"n_draft": 1, **EAGLE_ONLY}),
     ("chain 4", {"n_draft": 4, **EAGLE_ONLY}),
     ("chain 10", {"n_draft": 10, **EAGLE_ONLY}),
+    ("chain 16", {"n_draft": 16, **EAGLE_ONLY}),  # deeper than auto plans (costmodel.MAX_DEPTH)
     ("tree 4,2,8", {"tree": (4, 2, 8), **EAGLE_ONLY}),
     ("auto", {**EAGLE_ONLY}),
     # the target counts letters, which the n-gram index predicts as well as a drafter could
@@ -176,6 +177,10 @@ def main() -> None:
     ap.add_argument(
         "--only-plain-auto", action="store_true", help="plain, auto and no drafter only"
     )
+    ap.add_argument("--settings", nargs="+", help="these speed settings only (their names)")
+    ap.add_argument(
+        "--speeds-only", action="store_true", help="skip the decode, switch and curve costs"
+    )
     ap.add_argument("--json", help="write the numbers here too")
     args = ap.parse_args()
     if args.gpu_layers != 0 and not N.gpu_offload_supported():
@@ -183,35 +188,13 @@ def main() -> None:
     report: dict = {"shape": args.shape, "gpu_layers": args.gpu_layers}
     with tempfile.TemporaryDirectory() as d:
         target, agree, rand = make_models(d, SHAPES[args.shape])
-        costs = decode_costs(target, [None, STAGING, GRAPH, GRAPH_OFF], (0, 1, 2), 4, 5,
-                             gpu_layers=args.gpu_layers)  # fmt: skip
-        base = costs[None]
-        print("\none-token decode after 128 tokens (median)")
-        for route, c in costs.items():
-            print(f"  {route or 'no taps':<16} {1e3 * c:7.3f} ms  x{c / base:.3f}")
-        report["decode_ms"] = {str(k): 1e3 * v for k, v in costs.items()}
-        n_layer = SHAPES[args.shape].n_layer
-        sw = switch_costs(target, (1, n_layer // 2, n_layer - 1), 4, gpu_layers=args.gpu_layers)
-        show_switch(args.shape, sw)
-        report["callback_switch"] = sw
-        with localspec.load(target, draft=agree, n_gpu_layers=args.gpu_layers) as eng:
-            curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
-            bare, chain = draft_costs(eng, 10, reps=30)
-        t1 = curve[1]
-        print("\nverify cost t(k)/t(1), taps on: "
-              + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip
-        report["verify_ratio"] = {k: t / t1 for k, t in curve.items()}
-        print(f"\na 10-deep chain: {1e3 * chain:.3f} ms against 10 bare drafter decodes "
-              f"{10e3 * bare:.3f} ms: x{chain / (10 * bare):.2f}")  # fmt: skip
-        report["chain10_ms"] = {"chain": 1e3 * chain, "bare_decode": 1e3 * bare}
-        mem = drafter_memory(target, rand, args.gpu_layers)
-        if mem is not None:
-            print(f"\ndevice memory: target engine {mem[0]} MiB, the random drafter adds "
-                  f"{mem[1]} MiB ({mem[1] / max(mem[0], 1):.1%})")  # fmt: skip
-            report["memory_mib"] = {"target": mem[0], "drafter_adds": mem[1]}
+        if not args.speeds_only:
+            cost_sections(report, target, agree, rand, args)
         settings = SETTINGS + [(NO_DRAFTER, {"n_draft": 0})]
         if args.only_plain_auto:
             settings = [(n, kw) for n, kw in settings if n in ("plain", "auto", NO_DRAFTER)]
+        if args.settings:
+            settings = [(n, kw) for n, kw in settings if n in args.settings]
         drafters = {"agreeing": agree, "random": rand}
         for name in args.drafters.split(","):
             label = f"{name} drafter"
@@ -222,6 +205,39 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=1)
+
+
+def cost_sections(
+    report: dict, target: str, agree: str, rand: str, args: argparse.Namespace
+) -> None:
+    """Decode costs per tap route, the callback switch, the verify curve, the chain-10 cost
+    and the drafter's memory, printed and added to the report."""
+    costs = decode_costs(target, [None, STAGING, GRAPH, GRAPH_OFF], (0, 1, 2), 4, 5,
+                         gpu_layers=args.gpu_layers)  # fmt: skip
+    base = costs[None]
+    print("\none-token decode after 128 tokens (median)")
+    for route, c in costs.items():
+        print(f"  {route or 'no taps':<16} {1e3 * c:7.3f} ms  x{c / base:.3f}")
+    report["decode_ms"] = {str(k): 1e3 * v for k, v in costs.items()}
+    n_layer = SHAPES[args.shape].n_layer
+    sw = switch_costs(target, (1, n_layer // 2, n_layer - 1), 4, gpu_layers=args.gpu_layers)
+    show_switch(args.shape, sw)
+    report["callback_switch"] = sw
+    with localspec.load(target, draft=agree, n_gpu_layers=args.gpu_layers) as eng:
+        curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
+        bare, chain = draft_costs(eng, 10, reps=30)
+    t1 = curve[1]
+    print("\nverify cost t(k)/t(1), taps on: "
+          + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip
+    report["verify_ratio"] = {k: t / t1 for k, t in curve.items()}
+    print(f"\na 10-deep chain: {1e3 * chain:.3f} ms against 10 bare drafter decodes "
+          f"{10e3 * bare:.3f} ms: x{chain / (10 * bare):.2f}")  # fmt: skip
+    report["chain10_ms"] = {"chain": 1e3 * chain, "bare_decode": 1e3 * bare}
+    mem = drafter_memory(target, rand, args.gpu_layers)
+    if mem is not None:
+        print(f"\ndevice memory: target engine {mem[0]} MiB, the random drafter adds "
+              f"{mem[1]} MiB ({mem[1] / max(mem[0], 1):.1%})")  # fmt: skip
+        report["memory_mib"] = {"target": mem[0], "drafter_adds": mem[1]}
 
 
 if __name__ == "__main__":

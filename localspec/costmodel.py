@@ -31,10 +31,11 @@ import numpy as np
 from .tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 
 N_RANKS = MAX_TOP_K  # rank buckets 0..7; bucket 8 is "not among the drafter's top 8"
-MAX_DEPTH = 10  # deepest draft auto considers
+MAX_DEPTH = 16  # deepest draft auto considers
 TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
+REPLAN_EVERY = 16  # steps after which new evidence is searched again, however little
 REFRESH_T1 = 32  # drafting steps after which plain steps measure t(1) again (two: see observe)
 UCB_Z = 1.5  # optimism of the exploration bound
 # prior rank distribution at the first draft position (then each depth borrows the one above)
@@ -211,6 +212,48 @@ def expected_lengths(p: np.ndarray, top_k: int, max_depth: int) -> list[np.ndarr
     order = np.argsort(-v, kind="stable")
     v, dd = v[order], dd[order]
     return [v[dd <= depth] for depth in range(1, max_depth + 1)]
+
+
+def expected_gains(p: np.ndarray, top_k: int, max_depth: int, max_nodes: int) -> np.ndarray:
+    """[max_depth, max_nodes] expected tokens of a step whose tree is drafted D = row + 1 deep
+    and verifies n = column + 1 nodes (1 + the best n node values at depths <= D, as
+    expected_lengths gives them); NaN where no such tree exists (fewer than D nodes, more
+    than the drafted ones, or a chain of other than D nodes). One pass for every depth."""
+    p = np.minimum.accumulate(p[:max_depth, :top_k], axis=1)  # as in expected_lengths
+    if top_k == 1:  # a chain: one node per depth, already best-first
+        v, dd = np.cumprod(p[:, 0]), np.arange(1, max_depth + 1)
+    else:
+        frontier = np.ones(1)
+        values: list[np.ndarray] = []
+        for d in range(max_depth):
+            children = np.multiply.outer(frontier, p[d]).ravel()
+            values.append(children)
+            # the top_k best children, in any order (the frontier is a set)
+            frontier = -np.partition(-children, top_k - 1)[:top_k]
+        v = np.concatenate(values)
+        sizes = [c.size for c in values]
+        dd = np.repeat(np.arange(1, max_depth + 1), sizes)
+        order = np.argsort(-v, kind="stable")
+        v, dd = v[order], dd[order]
+        # A row counts its best max_nodes nodes. Once the depths up to some D hold that many,
+        # a node below the max_nodes-th best of theirs counts in no row that deep or deeper,
+        # and the shallower rows hold only nodes shallower than D: drop the rest (most of
+        # the candidates of wide, deep trees).
+        held = np.cumsum(sizes)
+        if held[-1] > max_nodes:
+            d = int(np.searchsorted(held, max_nodes)) + 1  # depths 1..d hold >= max_nodes
+            keep = (dd < d) | (v >= v[dd <= d][max_nodes - 1])
+            v, dd = v[keep], dd[keep]
+    within = dd[None, :] <= np.arange(1, max_depth + 1)[:, None]  # [depth, node]
+    total = 1.0 + np.cumsum(np.where(within, v, 0.0), axis=1)
+    count = np.cumsum(within, axis=1)
+    gains = np.full((max_depth, max_nodes), np.nan)
+    rows, cols = np.nonzero(within & (count <= max_nodes))
+    gains[rows, count[rows, cols] - 1] = total[rows, cols]
+    n = np.arange(1, max_nodes + 1)[None, :]
+    depth = np.arange(1, max_depth + 1)[:, None]
+    gains[(n < depth) | ((n != depth) if top_k == 1 else False)] = np.nan
+    return gains
 
 
 @dataclass(frozen=True)
@@ -395,6 +438,7 @@ class CostModel:
         # drafter (taps off) until a later search says otherwise
         self.hopeless = False
         self._plan_version: tuple[int, int] = (-1, -1)
+        self._plan_seen = 0.0  # first-position drafts behind the last search (faded)
         self._costs_version = 0  # bumped when a measured cost moved: plans are made again
         self._steps_since_plan = 0
         self._steps_since_t1 = 0  # steps since a settled one-row decode was measured
@@ -449,39 +493,37 @@ class CostModel:
         if max_depth < 1:
             return best
         verify = self.verify.table(max_nodes + 1)  # t(0..max_nodes + 1), cached
+        depths = np.arange(max_depth)  # drafting D deep costs D - 1 expansions
         for k in top_ks:
             if k not in self.expand:  # widths the engine cannot draft were not calibrated
                 continue
-            for depth, vals in enumerate(expected_lengths(p, k, max_depth), start=1):
-                cum = 1.0 + np.cumsum(vals[: depth if k == 1 else max_nodes])
-                if k == 1:  # a chain verifies every drafted position
-                    nodes = np.array([depth])
-                    gain = cum[depth - 1 : depth]
-                else:  # a tree at least as deep as it is drafted
-                    nodes = np.arange(depth, cum.size + 1)
-                    gain = cum[depth - 1 :]
-                if nodes.size == 0:
-                    continue
-                fixed = self.flush.value + (depth - 1) * self.expand[k].value
-                fixed += self.glue["chain" if k == 1 else "tree"].value
-                times = verify[1 + nodes] + fixed
-                i = int(np.argmax(gain / times))
-                if gain[i] / times[i] > best.tokens_per_s:
-                    shape = TreeShape(depth, k, int(nodes[i]))
-                    best = Plan(shape, float(gain[i]), float(times[i]))
+            gains = expected_gains(p, k, max_depth, max_nodes)
+            fixed = self.flush.value + self.glue["chain" if k == 1 else "tree"].value
+            times = verify[None, 2:] + (fixed + depths * self.expand[k].value)[:, None]
+            rate = gains / times
+            if np.isnan(rate).all():
+                continue
+            # the first best in (depth, nodes) order: ties go to the shallower, smaller tree
+            d, n = np.unravel_index(int(np.nanargmax(rate)), rate.shape)
+            if rate[d, n] > best.tokens_per_s:
+                shape = TreeShape(int(d) + 1, k, int(n) + 1)
+                best = Plan(shape, float(gains[d, n]), float(times[d, n]))
         return best
 
     def plan(self, budget: int, *, fed: bool = True) -> Plan:
         """The shape for the next step; budget caps the draft depth (tokens or context left);
         fed: the drafter is fed now (asleep, t(1) is not refreshed: the plan is what would
-        wake it). The search is repeated when new evidence arrived (at most every 4 steps once
-        there is plenty) or every 64 steps; in between the last plan is reused."""
+        wake it). The search (about a millisecond) is repeated when a cost moved, when the
+        first-position evidence grew by a quarter since the last one, or after REPLAN_EVERY
+        steps with new evidence; in between the last plan is reused."""
         self._steps_since_plan += 1
-        # while evidence is thin every new observation counts: replan at once
-        every = 1 if self.acceptance.counts[0].sum() < 32 else 4
-        version = (self.acceptance.version, self._costs_version)
-        stale = version != self._plan_version and self._steps_since_plan >= every
-        if self._plan is None or stale or self._steps_since_plan >= 64:
+        seen = float(self.acceptance.counts[0].sum())
+        grown = seen - self._plan_seen >= max(1.0, 0.25 * self._plan_seen)
+        due = self.acceptance.version != self._plan_version[0] and (
+            grown or self._steps_since_plan >= REPLAN_EVERY
+        )
+        moved = self._costs_version != self._plan_version[1]
+        if self._plan is None or due or moved or self._steps_since_plan >= 64:
             self._replan()
         plan = self._plan
         assert plan is not None
@@ -501,6 +543,7 @@ class CostModel:
     def _replan(self) -> None:
         self._steps_since_plan = 0
         self._plan_version = (self.acceptance.version, self._costs_version)
+        self._plan_seen = float(self.acceptance.counts[0].sum())
         budget = MAX_DEPTH
         p = self.acceptance.probabilities()
         plan = self._search(p, budget, TOP_KS)

@@ -67,6 +67,7 @@ class Generation:
         self.recalibrate = recalibrate
         self.stats = Stats(prompt_tokens=len(tokens), generations=1, mode=str(mode))
         self.last = -1  # the chosen token not yet decoded by the target
+        self._explained = -EXPLAIN_EVERY  # the step auto's reason was last refreshed at
 
     def run(self) -> Generator[Event, None, None]:
         stats = self.stats
@@ -227,8 +228,10 @@ class Generation:
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:
             stats.record_prediction(plan.choice.tokens, plan.choice.seconds)
-            if stats.steps % EXPLAIN_EVERY == 1:  # for readers while it streams
+            # for readers while it streams; unplanned (quiet) steps change no reason
+            if not plan.quiet and stats.steps - self._explained >= EXPLAIN_EVERY:
                 stats.auto = self.parts.scheduler.explain()
+                self._explained = stats.steps
 
     def _remember(self) -> None:
         """The call's text joins the session's n-gram memory (not a superseded call's)."""

@@ -6,7 +6,7 @@ generation loop carries out its plans on the SpecState."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .calibration import Calibration
@@ -22,6 +22,11 @@ SLEEP_MIN = 4  # ... and before which it never does (its history is lost when it
 # the call's options leave it out (no EAGLE source or no drafter)
 HOPELESS, IDLE, OPTIONS = "hopeless", "idle", "options"
 EXPLORE_SHARE = 0.005  # of auto's plain decoding time, what probing a useless drafter may cost
+# a drafter asleep because nothing paid wakes at once when its mean estimates, over at least
+# this many first-position drafts (faded), expect this much more than plain decoding
+WAKE_EVIDENCE, WAKE_MARGIN = 16.0, 1.1
+QUIET_STEPS = 16  # plain steps a sleeping drafter's plan is reused for, unplanned
+QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class StepPlan:
     choice: Choice | None = None  # auto: what the cost model expects of this step
     wake: bool = False  # feed the drafter again from this step (taps on, its cache restarts)
     sleep: bool = False  # stop feeding the drafter (taps off): no EAGLE drafting can pay
+    quiet: bool = False  # auto, its drafter asleep: a plain step that needed no planning
 
     @property
     def label(self) -> str:
@@ -113,6 +119,9 @@ class Scheduler:
         self._cycle: float | None = None
         self._cycle_steps = 0
         self._last_cycle = 0.0
+        # auto with nothing to draft from: plain steps left before the next plan, and the plan
+        self._quiet = 0
+        self._quiet_plan = StepPlan()
 
     # --- calling ----------------------------------------------------------------------------
 
@@ -135,6 +144,7 @@ class Scheduler:
         (waking it at every call would pay two switches of the taps and a probe per call).
         Fixed modes leave auto's state alone."""
         self.mode = mode
+        self._quiet = 0
         if mode.kind != "auto":
             return
         if EAGLE not in mode.sources or not self.has_drafter:
@@ -173,7 +183,13 @@ class Scheduler:
         if not mode.drafts or budget < 1:
             return StepPlan()
         if mode.kind == "auto":
-            return self._auto(budget, free_cells, offer)
+            if self._quiet > 0:
+                self._quiet -= 1
+                return self._quiet_plan
+            plan = self._auto(budget, free_cells, offer)
+            if self._may_rest(plan):
+                self._quiet, self._quiet_plan = QUIET_STEPS - 1, replace(plan, quiet=True)
+            return plan
         assert mode.shape is not None
         if NGRAM in mode.sources:  # a fixed n-gram chain, when the index has a match
             n = min(mode.shape.depth, budget, offer.length if offer else 0)
@@ -219,18 +235,43 @@ class Scheduler:
             return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
         return StepPlan(shape, c.ngram, c.ngram_alts, c)
 
+    def _may_rest(self, plan: StepPlan) -> bool:
+        """Whether the next steps may repeat this plain plan unplanned: the drafter sleeps
+        because nothing paid (or is left out) and no n-gram index is consulted, so only a probe
+        could change the plan, and its due time (WAKE_AFTER tokens at least) does not mind a
+        few steps' delay. Planning and learning cost tens of microseconds a step, a share of
+        a GPU's plain step that auto with a useless drafter must not pay."""
+        return (
+            self.dormant
+            and self._asleep_for in (HOPELESS, OPTIONS)
+            and NGRAM not in self.mode.sources
+            and plan.eagle is None
+            and not (plan.ngram or plan.wake or plan.sleep)
+        )
+
     def _wakes(self, eagle: Plan, offer: NGramOffer | None, budget: int) -> bool:
         """Whether a dormant drafter is woken for this plan. Put to sleep because other
-        sources won, it wakes when the EAGLE plan would win this step. Otherwise (nothing paid,
-        or a probe on the optimistic bound) it waits until the plain steps since it fell asleep
-        cover a probe's round trip (_wake_after): asleep, it gathers no evidence, so even its
-        mean estimates only drift back towards the prior as the old evidence fades, and a
-        cost estimate that moves must not flip it on and off."""
+        sources won, it wakes when the EAGLE plan would win this step. Put to sleep because
+        nothing paid, it wakes as soon as its mean estimates, backed by evidence of its own
+        (not the prior's), say drafting pays by WAKE_MARGIN: plain steps re-measured what
+        plain decoding costs, so a drafter sent to sleep by a cost estimate hit by noise is
+        not kept asleep for hundreds of tokens. Otherwise (a probe on the optimistic bound)
+        it waits until the plain steps since it fell asleep cover a probe's round trip
+        (_wake_after): asleep, it gathers no evidence, so its estimates only drift back
+        towards the prior as the old evidence fades, and a moving cost estimate must not flip
+        it on and off (the margin is the hysteresis)."""
+        assert self.cost is not None and self.choice is not None
         if self._asleep_for == IDLE and not eagle.explore:
-            assert self.choice is not None
             if NGRAM not in self.mode.sources:
                 offer = None
             return self.choice.choose(eagle, offer, budget).eagle.shape is not None
+        plain = Plan(None, 1.0, self.cost.step_time(None))
+        if (
+            not eagle.explore
+            and self.cost.acceptance.counts[0].sum() >= WAKE_EVIDENCE
+            and eagle.tokens_per_s >= WAKE_MARGIN * plain.tokens_per_s
+        ):
+            return True
         return self._since_sleep >= self._wake_after(eagle)
 
     def _wake_after(self, probe: Plan) -> float:
@@ -296,6 +337,10 @@ class Scheduler:
         if plan.choice is None or self.cost is None or self.choice is None:
             return
         self._since_sleep += emitted  # auto's own tokens: its probes cost a share of them
+        if plan.quiet and self._quiet % QUIET_SAMPLE:  # most quiet steps: the evidence fades
+            self.cost.acceptance.advance(emitted)
+            self.choice.ngram.advance(emitted)
+            return
         if self._cycle is not None:
             spent = costs.verify + costs.flush + costs.draft + costs.lookup + costs.build
             spent += costs.feed + costs.glue

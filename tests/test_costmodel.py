@@ -15,6 +15,7 @@ from localspec import costmodel as cm
 from localspec.clocks import cost_clock
 from localspec.drafter import Drafter
 from localspec.lowlevel import parts
+from localspec.scheduler import QUIET_STEPS
 from localspec.target import Target
 
 from conftest import EXACT
@@ -55,6 +56,50 @@ def test_flat_verification_and_an_agreeing_drafter_pick_a_long_chain() -> None:
     plan = m.plan(budget=100)
     assert plan.shape is not None and plan.shape.depth >= 8, plan
     assert plan.tokens > 6  # expected tokens per step
+
+
+# t(n)/t(1) measured on the H200, Qwen2.5-1.5B's shape, taps on (docs/bench, run 2)
+H200_15B = {1: 1.0, 2: 1.22, 4: 1.16, 6: 1.24, 8: 1.36, 12: 1.79, 16: 1.79, 24: 1.91, 32: 2.04}
+
+
+def test_an_agreeing_drafter_on_the_h200s_curve_drafts_sixteen_deep() -> None:
+    """There a fixed chain of 16 ran 3.36x plain against chain 10's 2.66x: auto must be able
+    to plan past 10 (MAX_DEPTH), pricing drafting at the H200's 0.22 ms a position."""
+    times = {n: 1.7e-3 * r for n, r in H200_15B.items()}
+    m = cm.CostModel(cm.VerifyCurve(times), {k: 0.22e-3 * k for k in cm.TOP_KS}, flush=0.3e-3)
+    feed(m, [1.0, 0, 0, 0])
+    plan = m.plan(budget=100)
+    assert plan.shape == cm.TreeShape(16, 1, 16), plan
+    assert plan.tokens > 15
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_search_finds_what_pricing_every_shape_finds(seed: int) -> None:
+    """The search prices every width, depth and node count in one pass per width; a brute
+    force over the same shapes, each priced by step_time and valued by expected_lengths,
+    finds the same best rate."""
+    rng = np.random.default_rng(seed)  # GPU-like curves, drafters from poor to agreeing
+    slope = rng.uniform(0.005, 0.15)
+    curve = {n: 10e-3 * (1 + slope * (n - 1)) for n in (1, 2, 4, 8, 16, 24, 33)}
+    widths = {k: float(rng.uniform(0.2e-3, 1e-3)) * (1 + 0.3 * k) for k in cm.TOP_KS}
+    m = cm.CostModel(cm.VerifyCurve(curve), widths, flush=float(rng.uniform(0.2e-3, 1e-3)),
+                     max_nodes=int(rng.choice([8, 30])))  # fmt: skip
+    alpha = np.r_[10 ** rng.uniform(0.3, 2.5), rng.uniform(0.3, 3.0, size=cm.N_RANKS)]
+    p = rng.dirichlet(alpha, size=cm.MAX_DEPTH)
+    budget = int(rng.integers(1, cm.MAX_DEPTH + 4))
+    found = m._search(p, budget, cm.TOP_KS)
+    max_nodes = min(m.max_nodes, m.verify.max_measured - 1)
+    rates = [1.0 / m.step_time(None)]
+    for k in cm.TOP_KS:
+        for depth in range(1, min(cm.MAX_DEPTH, budget, max_nodes) + 1):
+            vals = cm.expected_lengths(p, k, depth)[depth - 1]
+            sizes = [depth] if k == 1 else range(depth, min(vals.size, max_nodes) + 1)
+            for n in sizes:
+                shape = cm.TreeShape(depth, k, n)
+                rates.append((1.0 + vals[:n].sum()) / m.step_time(shape))
+    assert found.tokens_per_s == pytest.approx(max(rates), rel=1e-9)
+    if found.shape is not None:
+        assert found.tokens == pytest.approx(m.predict(found.shape, p).tokens, rel=1e-9)
 
 
 def test_flat_verification_and_an_unsure_drafter_grow_a_tree() -> None:
@@ -345,7 +390,9 @@ def test_auto_sleeps_where_nothing_pays_and_wakes_to_probe_again(models, monkeyp
         assert not parts(eng).target.taps_active
         parts(eng).scheduler.cost.acceptance.advance(20 * int(cm.HALF_LIFE))  # evidence fades
         parts(eng).scheduler.cost._plan = None
-        again = eng.complete("the quick brown fox", max_tokens=100)
+        # (a sleeping drafter's plan is looked at every scheduler.QUIET_STEPS plain steps, so
+        # the probe comes up to that many tokens after it is due)
+        again = eng.complete("the quick brown fox", max_tokens=100 + QUIET_STEPS)
         assert_greedy_lossless(eng, "the quick brown fox", again)
         assert any(s.startswith("chain") for s in again.stats.shapes)
 

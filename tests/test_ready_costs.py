@@ -14,7 +14,7 @@ from localspec import costmodel as cm
 from localspec.calibration import Calibration
 from localspec.drafttree import EAGLE, NGRAM
 from localspec.lowlevel import parts
-from localspec.scheduler import SLEEP_AFTER, Mode, Scheduler, StepCosts
+from localspec.scheduler import QUIET_STEPS, SLEEP_AFTER, WAKE_AFTER, Mode, Scheduler, StepCosts
 from localspec.sourcechoice import NGramOffer
 from localspec.tree import TreeShape
 
@@ -141,6 +141,58 @@ def test_a_drafter_asleep_because_other_sources_won_wakes_when_it_would_win() ->
     assert sched.dormant and not sched.feeds_drafter
     sched.start(Mode("auto", sources=frozenset({EAGLE, NGRAM})))
     assert sched.feeds_drafter
+
+
+def steps_until_woken(agreeing: bool, n: int = 300) -> tuple[int | None, int]:
+    """A drafter sent to sleep because calibration caught plain decoding at 0.8 ms of its 10
+    (a noisy reading: no draft could beat it), then plain steps at the true cost. Its
+    acceptance so far: always right (agreeing) or never. (The step it was woken at, or None
+    within n steps; the searches and reuses of the cost model's plan meanwhile.)"""
+    curve = {n: 10e-3 * (1 + 0.02 * n) for n in (1, 2, 4, 8, 16, 24, 33)}  # GPU-like
+    sched = Scheduler(has_drafter=True, max_tree=30, max_top_k=4)
+    ready = cm.ReadyCosts(10.2e-3, 0.8e-3, 2e-3)
+    sched.calibrated(Calibration(curve, {1: 0.3e-3, 2: 0.35e-3, 4: 0.4e-3}, 0.4e-3, ready))
+    cost = sched.cost
+    assert cost is not None
+    for _ in range(60):
+        for d in range(cm.MAX_DEPTH):
+            cost.acceptance.observe(d, 0 if agreeing else cm.N_RANKS)
+    planned = [0]
+    search = cost.plan
+
+    def counted(*a, **kw):
+        planned[0] += 1
+        return search(*a, **kw)
+
+    cost.plan = counted  # type: ignore[method-assign]
+    sched.start(Mode("auto"))
+    plan = sched.plan(100, 1000, None)
+    assert plan.sleep and cost.hopeless  # nothing beats a 0.8 ms plain step
+    for step in range(1, n + 1):
+        costs = StepCosts(verify=10e-3, flush=0.0, draft=0.0, lookup=0.0, build=0.0,
+                          feed=0.0, glue=30e-6)  # fmt: skip
+        sched.observe(plan, None, verify_rows=1, ranks=[], ngram_accepted=0, alt_hit=False,
+                      costs=costs, emitted=1)  # fmt: skip
+        plan = sched.plan(100, 1000, None)
+        if plan.wake:
+            return step, planned[0]
+        assert plan.eagle is None and not plan.ngram
+    return None, planned[0]
+
+
+def test_a_drafter_sent_to_sleep_by_a_noisy_cost_wakes_once_plain_steps_measure_it() -> None:
+    """The plain steps it sleeps through measure plain decoding's true cost (10 ms); the mean
+    estimates, backed by 60 drafts of its own, then expect drafting to pay, so it wakes within
+    a few dozen steps instead of waiting hundreds of tokens for a probe's due time (before:
+    a drafter that always agreed ran plain for 400+ tokens on this CPU). One that never
+    agreed stays asleep until its probe is due."""
+    woken, _ = steps_until_woken(agreeing=True)
+    assert woken is not None and woken <= 3 * QUIET_STEPS, woken
+    woken, planned = steps_until_woken(agreeing=False, n=WAKE_AFTER - 1)
+    assert woken is None
+    # asleep, it plans once per QUIET_STEPS plain steps: planning costs a GPU's plain step
+    # a few per cent, which auto with a useless drafter must not pay
+    assert planned <= WAKE_AFTER / QUIET_STEPS + 1, planned
 
 
 @pytest.fixture(scope="module")

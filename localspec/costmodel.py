@@ -36,6 +36,7 @@ TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
 REPLAN_EVERY = 16  # steps after which new evidence is searched again, however little
+REPLAN_LATEST = 64  # steps after which the search is repeated in any case
 REFRESH_T1 = 32  # drafting steps after which plain steps measure t(1) again (two: see observe)
 UCB_Z = 1.5  # optimism of the exploration bound
 # prior rank distribution at the first draft position (then each depth borrows the one above)
@@ -252,7 +253,7 @@ def expected_gains(p: np.ndarray, top_k: int, max_depth: int, max_nodes: int) ->
     gains[rows, count[rows, cols] - 1] = total[rows, cols]
     n = np.arange(1, max_nodes + 1)[None, :]
     depth = np.arange(1, max_depth + 1)[:, None]
-    gains[(n < depth) | ((n != depth) if top_k == 1 else False)] = np.nan
+    gains[n != depth if top_k == 1 else n < depth] = np.nan
     return gains
 
 
@@ -514,8 +515,9 @@ class CostModel:
         """The shape for the next step; budget caps the draft depth (tokens or context left);
         fed: the drafter is fed now (asleep, t(1) is not refreshed: the plan is what would
         wake it). The search (about a millisecond) is repeated when a cost moved, when the
-        first-position evidence grew by a quarter since the last one, or after REPLAN_EVERY
-        steps with new evidence; in between the last plan is reused."""
+        first-position evidence grew by a quarter since the last one, after REPLAN_EVERY
+        steps with new evidence, or after REPLAN_LATEST steps (evidence fades with the
+        tokens: a probe may come due); in between the last plan is reused."""
         self._steps_since_plan += 1
         seen = float(self.acceptance.counts[0].sum())
         grown = seen - self._plan_seen >= max(1.0, 0.25 * self._plan_seen)
@@ -523,7 +525,7 @@ class CostModel:
             grown or self._steps_since_plan >= REPLAN_EVERY
         )
         moved = self._costs_version != self._plan_version[1]
-        if self._plan is None or due or moved or self._steps_since_plan >= 64:
+        if self._plan is None or due or moved or self._steps_since_plan >= REPLAN_LATEST:
             self._replan()
         plan = self._plan
         assert plan is not None
@@ -539,6 +541,10 @@ class CostModel:
             clipped = self.predict(plan.shape.clipped(budget))
             return clipped if clipped.tokens_per_s > plain.tokens_per_s else plain
         return plan
+
+    def skip(self) -> None:
+        """A step that reused an earlier plan without asking for one (auto's quiet steps)."""
+        self._steps_since_plan += 1
 
     def _replan(self) -> None:
         self._steps_since_plan = 0

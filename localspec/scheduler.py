@@ -25,6 +25,10 @@ EXPLORE_SHARE = 0.005  # of auto's plain decoding time, what probing a useless d
 # a drafter asleep because nothing paid wakes at once when its mean estimates, over at least
 # this many first-position drafts (faded), expect this much more than plain decoding
 WAKE_EVIDENCE, WAKE_MARGIN = 16.0, 1.1
+# ... once plain steps measured since it fell asleep are enough to move plain decoding's
+# estimate (a median of 7), and not within a few tokens of the call's end (waking pays two
+# switches of the taps)
+WAKE_REMEASURED, WAKE_MIN_BUDGET = 4, 8
 QUIET_STEPS = 16  # plain steps a sleeping drafter's plan is reused for, unplanned
 QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
 
@@ -71,6 +75,7 @@ class StepPlan:
     wake: bool = False  # feed the drafter again from this step (taps on, its cache restarts)
     sleep: bool = False  # stop feeding the drafter (taps off): no EAGLE drafting can pay
     quiet: bool = False  # auto, its drafter asleep: a plain step that needed no planning
+    learn: bool = True  # the cost model learns from this step's costs
 
     @property
     def label(self) -> str:
@@ -121,7 +126,8 @@ class Scheduler:
         self._last_cycle = 0.0
         # auto with nothing to draft from: plain steps left before the next plan, and the plan
         self._quiet = 0
-        self._quiet_plan = StepPlan()
+        self._quiet_plans = (StepPlan(), StepPlan())  # (learning from its costs, not)
+        self._plain_at_sleep = 0  # unfed plain steps measured when the drafter fell asleep
 
     # --- calling ----------------------------------------------------------------------------
 
@@ -185,10 +191,16 @@ class Scheduler:
         if mode.kind == "auto":
             if self._quiet > 0:
                 self._quiet -= 1
-                return self._quiet_plan
+                assert self.cost is not None
+                self.cost.skip()
+                return self._quiet_plans[bool(self._quiet % QUIET_SAMPLE)]
             plan = self._auto(budget, free_cells, offer)
             if self._may_rest(plan):
-                self._quiet, self._quiet_plan = QUIET_STEPS - 1, replace(plan, quiet=True)
+                self._quiet = QUIET_STEPS - 1
+                self._quiet_plans = (
+                    replace(plan, quiet=True),
+                    replace(plan, quiet=True, learn=False),
+                )
             return plan
         assert mode.shape is not None
         if NGRAM in mode.sources:  # a fixed n-gram chain, when the index has a match
@@ -211,6 +223,7 @@ class Scheduler:
             if not self.dormant and eagle.shape is None and self.cost.hopeless:
                 self.dormant, self._asleep_for = True, HOPELESS
                 self._since_sleep = 0
+                self._plain_at_sleep = self.cost.plain[False].n
                 return self._ngram_only(budget, free_cells, offer, sleep=True)
             if self.dormant:
                 eagle = Plan(None, 1.0, self.cost.step_time(None))
@@ -231,6 +244,7 @@ class Scheduler:
         if tired and self.has_drafter and not self.dormant:
             self.dormant, self._asleep_for = True, IDLE
             self._since_sleep = 0
+            self._plain_at_sleep = self.cost.plain[False].n
             self._eagle_idle, self._idle_tax = 0, 0.0
             return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
         return StepPlan(shape, c.ngram, c.ngram_alts, c)
@@ -238,9 +252,10 @@ class Scheduler:
     def _may_rest(self, plan: StepPlan) -> bool:
         """Whether the next steps may repeat this plain plan unplanned: the drafter sleeps
         because nothing paid (or is left out) and no n-gram index is consulted, so only a probe
-        could change the plan, and its due time (WAKE_AFTER tokens at least) does not mind a
-        few steps' delay. Planning and learning cost tens of microseconds a step, a share of
-        a GPU's plain step that auto with a useless drafter must not pay."""
+        coming due or re-measured plain costs can change the plan, and neither minds a few
+        steps' delay (a probe waits WAKE_AFTER tokens at least). Planning and learning cost
+        tens of microseconds a step, a share of a GPU's plain step that auto with a useless
+        drafter must not pay."""
         return (
             self.dormant
             and self._asleep_for in (HOPELESS, OPTIONS)
@@ -253,9 +268,10 @@ class Scheduler:
         """Whether a dormant drafter is woken for this plan. Put to sleep because other
         sources won, it wakes when the EAGLE plan would win this step. Put to sleep because
         nothing paid, it wakes as soon as its mean estimates, backed by evidence of its own
-        (not the prior's), say drafting pays by WAKE_MARGIN: plain steps re-measured what
-        plain decoding costs, so a drafter sent to sleep by a cost estimate hit by noise is
-        not kept asleep for hundreds of tokens. Otherwise (a probe on the optimistic bound)
+        (not the prior's), say drafting pays by WAKE_MARGIN, once the plain steps it slept
+        through re-measured what plain decoding costs (WAKE_REMEASURED) and unless the call
+        is about to end: a drafter sent to sleep by a cost estimate hit by noise is not kept
+        asleep for hundreds of tokens. Otherwise (a probe on the optimistic bound)
         it waits until the plain steps since it fell asleep cover a probe's round trip
         (_wake_after): asleep, it gathers no evidence, so its estimates only drift back
         towards the prior as the old evidence fades, and a moving cost estimate must not flip
@@ -268,6 +284,8 @@ class Scheduler:
         plain = Plan(None, 1.0, self.cost.step_time(None))
         if (
             not eagle.explore
+            and budget >= WAKE_MIN_BUDGET
+            and self.cost.plain[False].n - self._plain_at_sleep >= WAKE_REMEASURED
             and self.cost.acceptance.counts[0].sum() >= WAKE_EVIDENCE
             and eagle.tokens_per_s >= WAKE_MARGIN * plain.tokens_per_s
         ):
@@ -337,7 +355,7 @@ class Scheduler:
         if plan.choice is None or self.cost is None or self.choice is None:
             return
         self._since_sleep += emitted  # auto's own tokens: its probes cost a share of them
-        if plan.quiet and self._quiet % QUIET_SAMPLE:  # most quiet steps: the evidence fades
+        if not plan.learn:  # most quiet steps: only the evidence fades with the tokens
             self.cost.acceptance.advance(emitted)
             self.choice.ngram.advance(emitted)
             return

@@ -18,7 +18,8 @@
 # Then run there, carrying .gpu:  bash scripts/gpu-bench.sh qwen2.5-1.5b:3 llama-3.1-8b:2
 # (SHAPE:ROUNDS). The build takes about 4.5 minutes on 16 cores; the 1.5B shape about 50 s, the
 # 8B shape about 110 s. EXTRA_CMAKE_ARGS=-DGGML_CUDA_FA=OFF builds without the FlashAttention
-# kernels (llama.cpp then runs without it) when device time is short.
+# kernels (llama.cpp then runs without it) when device time is short; it applies to a build
+# only (a machine where llama_cpp is already installed keeps what it has).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 SITE=/tmp/site PKG=/tmp/pkg OUT=${OUT:-/tmp/out}

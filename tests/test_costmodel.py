@@ -73,6 +73,25 @@ def test_an_agreeing_drafter_on_the_h200s_curve_drafts_sixteen_deep() -> None:
     assert plan.tokens > 15
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_expected_gains_is_expected_lengths_for_every_depth_and_budget(seed: int) -> None:
+    """Cell by cell (pruned candidates included): the best n nodes of a tree drafted D deep,
+    ties, certain and impossible ranks among the distributions."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(cm.N_RANKS + 1, rng.uniform(0.2, 3.0)), size=cm.MAX_DEPTH)
+    p[rng.integers(cm.MAX_DEPTH)] = np.r_[1.0, np.zeros(cm.N_RANKS)]  # a certain depth
+    p[rng.integers(cm.MAX_DEPTH), 1:4] = p[0, 1]  # tied ranks
+    for k in cm.TOP_KS:
+        for max_nodes in (1, 7, 30, 69):
+            max_depth = min(cm.MAX_DEPTH, max_nodes)
+            gains = cm.expected_gains(p, k, max_depth, max_nodes)
+            for depth, vals in enumerate(cm.expected_lengths(p, k, max_depth), start=1):
+                for n in range(1, max_nodes + 1):
+                    ok = n == depth if k == 1 else depth <= n <= vals.size
+                    want = 1.0 + vals[:n].sum() if ok else np.nan
+                    assert gains[depth - 1, n - 1] == pytest.approx(want, rel=1e-12, nan_ok=True)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_the_search_finds_what_pricing_every_shape_finds(seed: int) -> None:
     """The search prices every width, depth and node count in one pass per width; a brute

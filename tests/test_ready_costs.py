@@ -143,7 +143,7 @@ def test_a_drafter_asleep_because_other_sources_won_wakes_when_it_would_win() ->
     assert sched.feeds_drafter
 
 
-def steps_until_woken(agreeing: bool, n: int = 300) -> tuple[int | None, int]:
+def steps_until_woken(agreeing: bool, n: int = 300, drafts: int = 60) -> tuple[int | None, int]:
     """A drafter sent to sleep because calibration caught plain decoding at 0.8 ms of its 10
     (a noisy reading: no draft could beat it), then plain steps at the true cost. Its
     acceptance so far: always right (agreeing) or never. (The step it was woken at, or None
@@ -154,7 +154,7 @@ def steps_until_woken(agreeing: bool, n: int = 300) -> tuple[int | None, int]:
     sched.calibrated(Calibration(curve, {1: 0.3e-3, 2: 0.35e-3, 4: 0.4e-3}, 0.4e-3, ready))
     cost = sched.cost
     assert cost is not None
-    for _ in range(60):
+    for _ in range(drafts):
         for d in range(cm.MAX_DEPTH):
             cost.acceptance.observe(d, 0 if agreeing else cm.N_RANKS)
     planned = [0]
@@ -184,15 +184,20 @@ def test_a_drafter_sent_to_sleep_by_a_noisy_cost_wakes_once_plain_steps_measure_
     """The plain steps it sleeps through measure plain decoding's true cost (10 ms); the mean
     estimates, backed by 60 drafts of its own, then expect drafting to pay, so it wakes within
     a few dozen steps instead of waiting hundreds of tokens for a probe's due time (before:
-    a drafter that always agreed ran plain for 400+ tokens on this CPU). One that never
-    agreed stays asleep until its probe is due."""
+    a drafter that always agreed ran plain for a whole 2,000-token call on this CPU). One
+    that never agreed, or whose few drafts are mostly prior, sleeps on until its probe is
+    due, and then is probed on time although quiet steps do not plan."""
     woken, _ = steps_until_woken(agreeing=True)
     assert woken is not None and woken <= 3 * QUIET_STEPS, woken
+    woken, _ = steps_until_woken(agreeing=True, drafts=4, n=WAKE_AFTER - 1)
+    assert woken is None  # 4 drafts: below WAKE_EVIDENCE
     woken, planned = steps_until_woken(agreeing=False, n=WAKE_AFTER - 1)
     assert woken is None
     # asleep, it plans once per QUIET_STEPS plain steps: planning costs a GPU's plain step
     # a few per cent, which auto with a useless drafter must not pay
     assert planned <= WAKE_AFTER / QUIET_STEPS + 1, planned
+    woken, _ = steps_until_woken(agreeing=False, n=2 * WAKE_AFTER)
+    assert woken is not None and WAKE_AFTER <= woken <= WAKE_AFTER + cm.REPLAN_LATEST, woken
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,10 @@ torch = pytest.importorskip("torch")
 
 from test_train import TAPS, _fcfg, _prompts, _tcfg  # noqa: E402
 
+from localspec.errors import LocalspecError  # noqa: E402
 from localspec.training import train  # noqa: E402
 from localspec.training.features import load_sequences  # noqa: E402
-from localspec.training.trainer import Trainer, step_losses  # noqa: E402
+from localspec.training.trainer import Trainer, estimate_on, step_losses  # noqa: E402
 
 import tinymodels as tm  # noqa: E402
 
@@ -110,6 +111,31 @@ def test_eval_data_judges_on_another_folder(train_pair, tmp_path):
     keys = {s.key for s in load_sequences(os.path.join(judge, "data"))}
     assert {s.key for s in tr.held_seqs} == keys
     assert len(tr.train_seqs) == len(load_sequences(os.path.join(out, "data")))
+
+
+def test_a_runs_drafter_is_judged_on_any_folder_as_its_trainer_judges_it(train_pair, tmp_path):
+    """estimate_on (scripts/held-out-on.py) rebuilds a run's drafter from its state file and
+    judges it on every window of another feature folder: the numbers its own trainer reports
+    on that folder as eval data; a state of another target is refused."""
+    d, target, data = train_pair
+    judge = str(tmp_path / "judge")
+    _run(target, data, judge, [], max_steps=0, max_tokens=800)
+    out = str(tmp_path / "judged")
+    _run(target, data, out, [], max_steps=6)
+    folder = os.path.join(judge, "data")
+    cfg = _tcfg(max_steps=0, eval_data=folder, eval_batches=10_000, precision="fp32")
+    want = Trainer(target, out, cfg, TAPS, log=lambda m: None).evaluate()
+    got = estimate_on(target, os.path.join(out, "state.pt"), folder)
+    assert want.tau > 1.0  # six steps taught it something to compare
+    assert got.tau == pytest.approx(want.tau, rel=1e-6)
+    assert got.acc == pytest.approx(want.acc, rel=1e-6)
+    assert got.loss == pytest.approx(want.loss, rel=1e-5)
+    deeper = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=4, n_ff=32)
+    other, _ = tm.write_agreeing_pair(d, name="other", shape=deeper)
+    with pytest.raises(LocalspecError, match="another target"):
+        estimate_on(other, os.path.join(out, "state.pt"), folder)
+    with pytest.raises(LocalspecError, match="no such file"):
+        estimate_on(target, os.path.join(out, "missing.pt"), folder)
 
 
 def test_lk_loss_is_its_formula(train_pair, tmp_path):

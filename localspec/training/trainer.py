@@ -9,6 +9,7 @@ Layout of the output folder:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -485,6 +486,82 @@ def _save_state(path: str, state: dict[str, Any]) -> None:
 # --- the loop ---------------------------------------------------------------------------------
 
 
+def build_drafter(
+    info: TargetInfo,
+    cfg: TrainConfig,
+    draft_ids: np.ndarray,
+    resume: dict[str, Any] | None,
+    init_seqs: list[Sequence],
+) -> Any:
+    """The drafter model for this target and config: a saved state's weights (resume), or
+    initialised as cfg.init says from the target's tensors (init_seqs: a sample of the
+    training data, for the taps' scale)."""
+    import torch
+
+    from .model import DraftConfig, Eagle3Drafter
+
+    i, v31 = info, cfg.variant == "eagle3.1"
+    dc = DraftConfig(
+        hidden_size=i.hidden,
+        intermediate_size=i.n_ff,
+        n_head=i.n_head,
+        n_head_kv=i.n_head_kv,
+        target_hidden_size=i.hidden,
+        vocab_size=i.n_vocab,
+        draft_vocab_size=len(draft_ids),
+        rms_eps=i.rms_eps,
+        rope_theta=i.rope_theta,
+        context_length=i.context_length,
+        fc_norm=v31,
+        norm_output=v31,
+    )
+    top = i.n_layer - 1
+    names = ["token_embd.weight", "output_norm.weight"]
+    hdr = N.GGUFHeader(i.path)
+    if "output.weight" in hdr.tensors:
+        names.append("output.weight")
+    if cfg.init not in INITS:
+        raise InvalidParameterError(f"init must be one of {INITS}, got {cfg.init!r}")
+    if cfg.init == "target-layer" and resume is None:
+        names += [f"blk.{top}.{n}" for n in TOP_LAYER_TENSORS]
+    w = read_tensors(i.path, names)
+    embed = torch.from_numpy(w["token_embd.weight"])
+    model = Eagle3Drafter(dc, embed)
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+    elif cfg.init != "random":
+        sample = np.concatenate([s.taps for s in init_seqs]).astype(np.float32)
+        rms = np.sqrt(np.square(sample.reshape(len(sample), 3, i.hidden)).mean(axis=(0, 2)))
+        model.init_from_target(w, draft_ids, rms, top if cfg.init == "target-layer" else None)
+    return model
+
+
+def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
+    """A training run's drafter (its state file) judged on any feature folder, e.g. the
+    target's own replies to a benchmark's prompts: the run's held-out estimate, on other
+    rows (every window of the folder, on the CPU)."""
+    import torch
+
+    if not os.path.isfile(state_path):
+        raise LocalspecError(f"no such file: {state_path}")
+    try:
+        st = torch.load(state_path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a torn or foreign file
+        raise LocalspecError(f"cannot read {state_path}: {exc}") from None
+    info = target_info(target_path)
+    if st.get("target") != target_identity(info.path):
+        raise LocalspecError(f"{state_path} was trained for another target than {target_path}")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    cfg = TrainConfig(**{k: v for k, v in st["config"].items() if k in fields})
+    draft_ids = st["draft_ids"]
+    model = build_drafter(info, cfg, draft_ids, st, [])
+    t2d = np.full(info.n_vocab, -1, np.int64)
+    t2d[draft_ids] = np.arange(len(draft_ids))
+    rows = Batcher(load_sequences(folder), cfg, t2d)
+    batches = [rows.tensors(b, "cpu") for b in rows.batches(np.arange(len(rows.windows)))]
+    return evaluate(model, batches, cfg.steps_unrolled, cfg.loss)
+
+
 class Trainer:
     def __init__(
         self,
@@ -606,46 +683,9 @@ class Trainer:
         return st
 
     def _build_model(self, resume: dict[str, Any] | None) -> Any:
-        import torch
-
-        from .model import DraftConfig, Eagle3Drafter
-
-        i, v31 = self.info, self.cfg.variant == "eagle3.1"
-        dc = DraftConfig(
-            hidden_size=i.hidden,
-            intermediate_size=i.n_ff,
-            n_head=i.n_head,
-            n_head_kv=i.n_head_kv,
-            target_hidden_size=i.hidden,
-            vocab_size=i.n_vocab,
-            draft_vocab_size=len(self.draft_ids),
-            rms_eps=i.rms_eps,
-            rope_theta=i.rope_theta,
-            context_length=i.context_length,
-            fc_norm=v31,
-            norm_output=v31,
+        return build_drafter(self.info, self.cfg, self.draft_ids, resume, self.train_seqs[:32]).to(
+            self.device
         )
-        top = i.n_layer - 1
-        names = ["token_embd.weight", "output_norm.weight"]
-        hdr = N.GGUFHeader(i.path)
-        if "output.weight" in hdr.tensors:
-            names.append("output.weight")
-        if self.cfg.init not in INITS:
-            raise InvalidParameterError(f"init must be one of {INITS}, got {self.cfg.init!r}")
-        if self.cfg.init == "target-layer" and resume is None:
-            names += [f"blk.{top}.{n}" for n in TOP_LAYER_TENSORS]
-        w = read_tensors(i.path, names)
-        embed = torch.from_numpy(w["token_embd.weight"])
-        model = Eagle3Drafter(dc, embed)
-        if resume is not None:
-            model.load_state_dict(resume["model"])
-        elif self.cfg.init != "random":
-            sample = np.concatenate([s.taps for s in self.train_seqs[:32]]).astype(np.float32)
-            rms = np.sqrt(np.square(sample.reshape(len(sample), 3, i.hidden)).mean(axis=(0, 2)))
-            model.init_from_target(
-                w, self.draft_ids, rms, top if self.cfg.init == "target-layer" else None
-            )
-        return model.to(self.device)
 
     def _lr(self) -> float:
         return self.cfg.lr * min(1.0, (self.step + 1) / max(self.cfg.warmup, 1))

@@ -64,7 +64,7 @@ selfgen)
   localspec train "$TARGET" --data sharegpt -o "$RUNS/selfgen" --max-tokens "$SELFGEN" \
     --max-steps 0 -t 2
   localspec train "$TARGET" --data sharegpt -o "$RUNS/selfgen" --max-tokens 1 \
-    --variant eagle3.1 --loss kl --epochs "$EPOCHS" -t 2 "${TRAIN[@]}"
+    --variant eagle3.1 --loss kl --epochs "$EPOCHS" -t 1 "${TRAIN[@]}"
   ;;
 plot)
   python scripts/plot-learning-curve.py -o docs/bench/learning-curve.png \

@@ -396,7 +396,9 @@ def step_losses(
     return total, correct, counted
 
 
-def evaluate(model: Any, batches: list[dict[str, Any]], steps: int, loss: str = "kl") -> EvalResult:
+def evaluate(
+    model: Any, batches: Iterable[dict[str, Any]], steps: int, loss: str = "kl"
+) -> EvalResult:
     """Held-out loss, per-step agreement and the chain estimate of tau at k = steps: a row's
     chain accepts while each step agrees with the target (for greedy self-generated data the
     fed tokens are exactly those a real chain would see)."""
@@ -539,7 +541,8 @@ def build_drafter(
 def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
     """A training run's drafter (its state file) judged on any feature folder, e.g. the
     target's own replies to a benchmark's prompts: the run's held-out estimate, on other
-    rows (every window of the folder, on the CPU)."""
+    rows (every window of the folder, on the CPU, in float32 where the run may have used
+    bf16 matmuls)."""
     import torch
 
     if not os.path.isfile(state_path):
@@ -548,17 +551,33 @@ def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
         st = torch.load(state_path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a torn or foreign file
         raise LocalspecError(f"cannot read {state_path}: {exc}") from None
+    if not isinstance(st, dict) or any(k not in st for k in ("config", "draft_ids", "model")):
+        raise LocalspecError(f"{state_path} is not the state file of a localspec train run")
     info = target_info(target_path)
     if st.get("target") != target_identity(info.path):
         raise LocalspecError(f"{state_path} was trained for another target than {target_path}")
+    made = Manifest.load(folder)
+    if made is not None and (
+        made.config.get("target") != target_identity(info.path)
+        or tuple(made.config.get("taps", ())) != tuple(st.get("taps", ()))
+    ):
+        raise LocalspecError(
+            f"{folder} was made with another target or other taps than {state_path} was trained on"
+        )
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in st["config"].items() if k in fields})
     draft_ids = st["draft_ids"]
-    model = build_drafter(info, cfg, draft_ids, st, [])
+    try:
+        model = build_drafter(info, cfg, draft_ids, st, [])
+    except RuntimeError as exc:  # weights of another shape than the config says
+        raise LocalspecError(f"cannot load the drafter of {state_path}: {exc}") from None
     t2d = np.full(info.n_vocab, -1, np.int64)
     t2d[draft_ids] = np.arange(len(draft_ids))
     rows = Batcher(load_sequences(folder), cfg, t2d)
-    batches = [rows.tensors(b, "cpu") for b in rows.batches(np.arange(len(rows.windows)))]
+    if not rows.windows:
+        raise LocalspecError(f"{folder} holds no labelled rows to judge on")
+    # one batch at a time: a big folder's taps never sit in memory all at once
+    batches = (rows.tensors(b, "cpu") for b in rows.batches(np.arange(len(rows.windows))))
     return evaluate(model, batches, cfg.steps_unrolled, cfg.loss)
 
 

@@ -194,24 +194,36 @@ class Acceptance:
         return min(1.0, mean + UCB_Z * math.sqrt(mean * (1 - mean) / n))
 
 
+def _nodes_best_first(
+    p: np.ndarray, top_k: int, max_depth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The expected tree drafted max_depth deep with frontier width top_k: its node values
+    (the probability that the path to the node is accepted) best first, each node's depth,
+    and how many nodes the depths 1..d hold (per d)."""
+    # A tree keeps children in the drafter's own rank order, so a rank-j child never counts for
+    # more than its better-ranked siblings (cumulative minimum; a no-op on sane statistics).
+    p = np.minimum.accumulate(p[:max_depth, :top_k], axis=1)
+    if top_k == 1:  # a chain: one node per depth, already best first
+        return np.cumprod(p[:, 0]), np.arange(1, max_depth + 1), np.arange(1, max_depth + 1)
+    frontier = np.ones(1)
+    values: list[np.ndarray] = []
+    for d in range(max_depth):
+        children = np.multiply.outer(frontier, p[d]).ravel()
+        values.append(children)
+        # the top_k best children, in any order (the frontier is a set)
+        frontier = -np.partition(-children, top_k - 1)[:top_k]
+    v = np.concatenate(values)
+    sizes = [c.size for c in values]
+    dd = np.repeat(np.arange(1, max_depth + 1), sizes)
+    order = np.argsort(-v, kind="stable")
+    return v[order], dd[order], np.cumsum(sizes)
+
+
 def expected_lengths(p: np.ndarray, top_k: int, max_depth: int) -> list[np.ndarray]:
     """For each depth D <= max_depth, the best-first node values of the expected tree drafted
     D deep with frontier width top_k: value = probability the path to the node is accepted.
     Their prefix sums are the expected accepted lengths for each node budget."""
-    # A tree keeps children in the drafter's own rank order, so a rank-j child never counts for
-    # more than its better-ranked siblings (cumulative minimum; a no-op on sane statistics).
-    p = np.minimum.accumulate(p[:, :N_RANKS], axis=1)
-    frontier = np.ones(1)
-    values: list[np.ndarray] = []
-    depths: list[np.ndarray] = []
-    for d in range(max_depth):
-        children = (frontier[:, None] * p[d, None, :top_k]).ravel()
-        values.append(children)
-        depths.append(np.full(children.size, d + 1))
-        frontier = np.sort(children)[::-1][:top_k]
-    v, dd = np.concatenate(values), np.concatenate(depths)
-    order = np.argsort(-v, kind="stable")
-    v, dd = v[order], dd[order]
+    v, dd, _ = _nodes_best_first(p, top_k, max_depth)
     return [v[dd <= depth] for depth in range(1, max_depth + 1)]
 
 
@@ -220,31 +232,15 @@ def expected_gains(p: np.ndarray, top_k: int, max_depth: int, max_nodes: int) ->
     and verifies n = column + 1 nodes (1 + the best n node values at depths <= D, as
     expected_lengths gives them); NaN where no such tree exists (fewer than D nodes, more
     than the drafted ones, or a chain of other than D nodes). One pass for every depth."""
-    p = np.minimum.accumulate(p[:max_depth, :top_k], axis=1)  # as in expected_lengths
-    if top_k == 1:  # a chain: one node per depth, already best-first
-        v, dd = np.cumprod(p[:, 0]), np.arange(1, max_depth + 1)
-    else:
-        frontier = np.ones(1)
-        values: list[np.ndarray] = []
-        for d in range(max_depth):
-            children = np.multiply.outer(frontier, p[d]).ravel()
-            values.append(children)
-            # the top_k best children, in any order (the frontier is a set)
-            frontier = -np.partition(-children, top_k - 1)[:top_k]
-        v = np.concatenate(values)
-        sizes = [c.size for c in values]
-        dd = np.repeat(np.arange(1, max_depth + 1), sizes)
-        order = np.argsort(-v, kind="stable")
-        v, dd = v[order], dd[order]
-        # A row counts its best max_nodes nodes. Once the depths up to some D hold that many,
-        # a node below the max_nodes-th best of theirs counts in no row that deep or deeper,
-        # and the shallower rows hold only nodes shallower than D: drop the rest (most of
-        # the candidates of wide, deep trees).
-        held = np.cumsum(sizes)
-        if held[-1] > max_nodes:
-            d = int(np.searchsorted(held, max_nodes)) + 1  # depths 1..d hold >= max_nodes
-            keep = (dd < d) | (v >= v[dd <= d][max_nodes - 1])
-            v, dd = v[keep], dd[keep]
+    v, dd, held = _nodes_best_first(p, top_k, max_depth)
+    # A row counts its best max_nodes nodes. Once the depths up to some D hold that many, a
+    # node below the max_nodes-th best of theirs counts in no row that deep or deeper, and the
+    # shallower rows hold only nodes shallower than D: drop the rest (most of the candidates
+    # of wide, deep trees).
+    if held[-1] > max_nodes:
+        d = int(np.searchsorted(held, max_nodes)) + 1  # depths 1..d hold >= max_nodes
+        keep = (dd < d) | (v >= v[dd <= d][max_nodes - 1])
+        v, dd = v[keep], dd[keep]
     within = dd[None, :] <= np.arange(1, max_depth + 1)[:, None]  # [depth, node]
     total = 1.0 + np.cumsum(np.where(within, v, 0.0), axis=1)
     count = np.cumsum(within, axis=1)

@@ -37,8 +37,10 @@ from bench_graph_taps import GRAPH_OFF, decode_costs, show_switch, switch_costs 
 
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
-from localspec.lowlevel import draft_costs, verify_curve  # noqa: E402
+from localspec import costmodel as cm  # noqa: E402
+from localspec.lowlevel import draft_costs, parts, verify_curve  # noqa: E402
 from localspec.taps import GRAPH, STAGING  # noqa: E402
+from localspec.tree import TreeShape  # noqa: E402
 
 import tinymodels as tm  # noqa: E402
 
@@ -114,6 +116,8 @@ def speeds(
                     "host": c.stats.draft_host_ms,
                 }
                 st = c.stats
+                if name.startswith("auto"):
+                    out[name].setdefault("model", []).append(auto_view(e, st.steps))
                 out[name]["ms_per_step"] = {
                     k: 1e3 * v / max(st.steps, 1)
                     for k, v in (
@@ -125,6 +129,33 @@ def speeds(
     for v in out.values():
         v["median"] = statistics.median(v["tps"])
     return out
+
+
+def auto_view(eng: localspec.Engine, steps: int) -> dict:
+    """What auto's cost model believes after a call, to tell why it chose its depth: t(n) near
+    the deepest chain (measured or interpolated), the drafting costs, first-position
+    acceptance and each deep chain's predicted tokens/s; and its searches so far (host time
+    per step that a fixed chain does not pay)."""
+    cost = parts(eng).scheduler.cost
+    if cost is None:
+        return {}
+    top = cm.MAX_DEPTH + 1
+    return {
+        "steps": steps,
+        "searches": cost.searches,
+        "search_ms_each": 1e3 * cost.search_s / max(cost.searches, 1),
+        "t1_ms": 1e3 * cost.verify(1),
+        "verify_ms": {n: 1e3 * cost.verify(n) for n in range(top - 4, top + 2)},
+        "measured": [n for n in range(top - 4, top + 2) if n in cost.verify.ratio],
+        "expand_ms": {k: 1e3 * v.value for k, v in cost.expand.items()},
+        "flush_ms": 1e3 * cost.flush.value,
+        "glue_ms": {k: 1e3 * v.value for k, v in cost.glue.items()},
+        "first_accept": float(cost.acceptance.probabilities()[0, 0]),
+        "chain_tps": {
+            d: cost.predict(TreeShape(d, 1, d)).tokens_per_s
+            for d in range(cm.MAX_DEPTH - 3, cm.MAX_DEPTH + 1)
+        },
+    }
 
 
 def gpu_memory_mib() -> int | None:
@@ -165,6 +196,18 @@ def show_speeds(title: str, res: dict) -> None:
               f"  {'yes' if v['same'] else 'NO':<13}  {cost:<24}  "
               f"{'/'.join(f'{x:.2f}' for x in v['ms_per_step'].values()):<25}  "
               f"{v['shapes']}")  # fmt: skip
+    for name, v in res.items():
+        for i, m in enumerate(v.get("model", [])):
+            if not m:
+                continue
+            t = " ".join(f"{n}{'' if n in m['measured'] else '~'}:{x:.2f}"
+                         for n, x in m["verify_ms"].items())  # fmt: skip
+            tps = " ".join(f"{d}:{x:.0f}" for d, x in m["chain_tps"].items())
+            print(f"  {name} model after round {i + 1}: {m['searches']} searches in "
+                  f"{m['steps']} steps so far ({m['search_ms_each']:.2f} ms each); "
+                  f"t(n) ms {t} (~ interpolated); expand {m['expand_ms']} flush "
+                  f"{m['flush_ms']:.2f} glue {m['glue_ms']}; first accepted "
+                  f"{m['first_accept']:.2f}; chain tok/s {tps}")  # fmt: skip
 
 
 def main() -> None:

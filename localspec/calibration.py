@@ -25,14 +25,17 @@ import numpy as np
 
 from .clocks import Clock
 from .costmodel import CALIBRATION_REPS as REPS
-from .costmodel import CostModel, ReadyCosts, VerifyCurve
+from .costmodel import MAX_DEPTH, CostModel, ReadyCosts, VerifyCurve
 from .drafter import Drafter
 from .options import RuntimeOptions
 from .target import Target
 
-FORMAT = 3
+FORMAT = 4  # 4: SIZES gained MAX_DEPTH + 1
 MAX_AGE_S = 7 * 24 * 3600.0
-SIZES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 28, 33, 48, 64)
+# MAX_DEPTH + 1 (17): the deepest draft auto plans verifies that many rows. Interpolated, its
+# price is a guess that no step corrects (a size auto never runs is never observed), and on a
+# GPU t(n) moves in steps as kernels change with the batch size.
+SIZES = tuple(sorted({1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 28, 33, 48, 64, MAX_DEPTH + 1}))
 BUDGET_S = 8.0  # stop timing larger batches once this much cost-clock time was spent
 ALWAYS = 33  # sizes up to this are timed (n-gram drafts of up to 32 tokens, the root)
 PAYS = 0.9  # past ALWAYS, a size is timed while its rows still cost less than PAYS x the

@@ -25,6 +25,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, replace
+from time import perf_counter
 
 import numpy as np
 
@@ -440,6 +441,8 @@ class CostModel:
         self._steps_since_plan = 0
         self._steps_since_t1 = 0  # steps since a settled one-row decode was measured
         self._last_rows = 1  # the previous step's verify rows
+        self.searches = 0  # searches run, and the seconds they took (host time per step)
+        self.search_s = 0.0
 
     # --- prediction --------------------------------------------------------------------------
 
@@ -543,6 +546,7 @@ class CostModel:
         self._steps_since_plan += 1
 
     def _replan(self) -> None:
+        t0 = perf_counter()
         self._steps_since_plan = 0
         self._plan_version = (self.acceptance.version, self._costs_version)
         self._plan_seen = float(self.acceptance.counts[0].sum())
@@ -560,6 +564,8 @@ class CostModel:
             else:
                 self.hopeless = True
         self._plan = self._searched = plan
+        self.searches += 1
+        self.search_s += perf_counter() - t0
 
     def explain(self) -> Verdict | None:
         """Why auto runs what it runs now (None before its first plan)."""

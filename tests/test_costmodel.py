@@ -12,6 +12,7 @@ import pytest
 
 import localspec
 from localspec import costmodel as cm
+from localspec.calibration import SIZES
 from localspec.clocks import cost_clock
 from localspec.drafter import Drafter
 from localspec.lowlevel import parts
@@ -301,6 +302,23 @@ def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
     assert deep >= 0.7 * st.steps, st.shapes
     # the model's prediction is what the (injected) costs delivered
     assert st.predicted_tokens_per_s / (st.generated / spent) == pytest.approx(1.0, rel=0.35)
+
+
+def test_the_deepest_chain_is_priced_by_its_own_calibrated_decode(agree, monkeypatch) -> None:
+    """A GPU's t(n) moves in steps as its kernels change with the batch size. Here verifying
+    costs the same up to 17 rows (the deepest chain auto plans, 16 drafts and the root) and
+    twice as much past them: a calibration that skipped 17 rows and interpolated it from 16
+    and 20 would price chain 16 a quarter dearer and never run it to learn otherwise."""
+    assert cm.MAX_DEPTH + 1 in SIZES
+    with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
+        inject_costs(monkeypatch, eng, lambda n: 15e-3 if n <= cm.MAX_DEPTH + 1 else 30e-3)
+        eng.complete("abcdefgh", max_tokens=8)  # calibrates
+        auto = eng.complete("abcdefgh", max_tokens=200)
+        assert_greedy_lossless(eng, "abcdefgh", auto)
+    st = auto.stats
+    nodes = {s: int(re.search(r"(\d+)$", s).group()) for s in st.shapes if s != "plain"}
+    deepest = sum(n for s, n in st.shapes.items() if nodes.get(s) == cm.MAX_DEPTH)
+    assert deepest >= 0.5 * st.steps, st.shapes
 
 
 def burn_costs(monkeypatch, verify, stall) -> None:

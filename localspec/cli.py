@@ -355,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["target", "target-layer", "random"],
         help="start from the target's head (default), also its top layer, or noise",
     )
+    tr.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="start from the drafter of another run (its folder or state.pt) and go on "
+        "training it on this run's data: the same target, taps and variant",
+    )
     tr.add_argument("--taps", help="three comma-separated layer ids (default 2, L/2, L-3)")
     tr.add_argument("--max-tokens", type=int, default=400_000, help="positions of data to make")
     tr.add_argument("--max-new", type=int, default=256, help="tokens per generated reply")
@@ -539,6 +545,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         time_budget=parse_duration(args.time_budget) if args.time_budget else None,
         init=args.init,
+        init_from=args.init_from,
         seed=args.seed,
         device=args.device,
         threads=args.threads or 0,

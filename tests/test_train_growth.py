@@ -263,3 +263,49 @@ def test_eval_data_must_match_the_run(train_pair, tmp_path):
             TAPS,
             log=lambda m: None,
         )
+
+
+def test_a_run_goes_on_from_another_runs_drafter(train_pair, tmp_path):
+    """--init-from: a run starts from another run's drafter (its weights and draft
+    vocabulary, not a fresh head) and trains it on its own data; once it saved a state of its
+    own, that state resumes. A drafter of another target, taps, variant or draft vocabulary
+    size is refused with one clear error."""
+    d, target, data = train_pair
+    parent = str(tmp_path / "parent")
+    _run(target, data, parent, [], max_steps=6)
+    st = torch.load(os.path.join(parent, "state.pt"), weights_only=False)
+    other_data = _prompts(str(tmp_path / "other.jsonl"), 24, seed=7)
+    child = str(tmp_path / "child")
+    logs: list[str] = []
+    _run(target, other_data, child, logs, max_steps=0, init_from=parent)
+    first = Trainer(target, child, _tcfg(max_steps=0, init_from=parent), TAPS, log=logs.append)
+    assert np.array_equal(first.draft_ids, st["draft_ids"])
+    for name, w in first.model.state_dict().items():
+        assert torch.equal(w, st["model"][name]), name
+    assert any("starting from the drafter of" in m for m in logs)
+    res = _run(target, other_data, child, logs, max_steps=4, init_from=parent)
+    assert res.steps == 4
+    meta = json.loads(Path(child, "checkpoint", "config.json").read_text())["localspec"]
+    assert meta["init_from"] == parent and meta["parent_positions"] == st["positions"]
+    # its own state resumes now: the parent's weights are not loaded again
+    again = Trainer(target, child, _tcfg(max_steps=0, init_from=parent), TAPS, log=logs.append)
+    moved = any(not torch.equal(w, st["model"][n]) for n, w in again.model.state_dict().items())
+    assert moved and again.step == 4
+    fresh = str(tmp_path / "fresh")  # data, no state of its own
+    _run(target, other_data, fresh, [], max_steps=0)
+    os.remove(os.path.join(fresh, "state.pt"))
+    for kw, err in (
+        ({"variant": "eagle3"}, "pass the same --variant"),
+        ({"draft_vocab": 32}, "pass --draft-vocab 64"),
+        ({"init_from": str(tmp_path / "nowhere")}, "no such file"),
+    ):
+        cfg = _tcfg(max_steps=0, **{"init_from": parent, **kw})
+        with pytest.raises(LocalspecError, match=err):
+            Trainer(target, fresh, cfg, TAPS)
+    with pytest.raises(LocalspecError, match="pass the same --taps"):
+        _run(target, other_data, str(tmp_path / "taps"), [], taps=(1, 2, 2), max_steps=0,
+             init_from=parent)  # fmt: skip
+    deeper = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=4, n_ff=32)
+    other, _ = tm.write_agreeing_pair(d, name="other-init", shape=deeper)
+    with pytest.raises(LocalspecError, match="another target"):
+        _run(other, other_data, str(tmp_path / "other"), [], max_steps=0, init_from=parent)

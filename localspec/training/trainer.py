@@ -62,6 +62,8 @@ class TrainConfig:
     save_every: float = 300.0  # seconds
     init: str = "target"  # "target": the target's head and final norm; "target-layer": also
     # its top layer; "random"
+    init_from: str | None = None  # another run's folder or state file: start from its
+    # drafter (weights and draft vocabulary) to go on training it on this run's data
     held_out: float = 0.03  # share of sequences kept for the acceptance estimate
     eval_data: str | None = None  # a feature folder to estimate acceptance on instead (e.g.
     # the target's own replies to prompts kept out of training): every variant and every
@@ -538,24 +540,34 @@ def build_drafter(
     return model
 
 
-def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
-    """A training run's drafter (its state file) judged on any feature folder, e.g. the
-    target's own replies to a benchmark's prompts: the run's held-out estimate, on other
-    rows (every window of the folder, on the CPU, in float32 where the run may have used
-    bf16 matmuls)."""
+def read_run_state(path: str, info: TargetInfo) -> dict[str, Any]:
+    """A training run's state file (or the run folder holding it), checked to be one and to
+    belong to this target."""
     import torch
 
+    state_path = os.path.join(path, STATE) if os.path.isdir(path) else path
     if not os.path.isfile(state_path):
         raise LocalspecError(f"no such file: {state_path}")
     try:
         st = torch.load(state_path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a torn or foreign file
         raise LocalspecError(f"cannot read {state_path}: {exc}") from None
-    if not isinstance(st, dict) or any(k not in st for k in ("config", "draft_ids", "model")):
+    if not isinstance(st, dict) or any(
+        k not in st for k in ("config", "draft_ids", "model", "taps")
+    ):
         raise LocalspecError(f"{state_path} is not the state file of a localspec train run")
-    info = target_info(target_path)
     if st.get("target") != target_identity(info.path):
-        raise LocalspecError(f"{state_path} was trained for another target than {target_path}")
+        raise LocalspecError(f"{state_path} was trained for another target than {info.path}")
+    return st
+
+
+def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
+    """A training run's drafter (its state file) judged on any feature folder, e.g. the
+    target's own replies to a benchmark's prompts: the run's held-out estimate, on other
+    rows (every window of the folder, on the CPU, in float32 where the run may have used
+    bf16 matmuls)."""
+    info = target_info(target_path)
+    st = read_run_state(state_path, info)
     made = Manifest.load(folder)
     if made is not None and (
         made.config.get("target") != target_identity(info.path)
@@ -628,13 +640,19 @@ class Trainer:
                 raise LocalspecError(f"too little training data in {folder}/data")
         self.state_path = os.path.join(folder, STATE)
         resume = self._load_state()
-        if resume is not None:
-            self.draft_ids = resume["draft_ids"]
+        # a run that goes on from another's drafter: its weights and draft vocabulary (once
+        # this run saved a state of its own, that state is what resumes)
+        parent = self._load_parent() if resume is None and cfg.init_from else None
+        self.parent_positions = (resume or parent or {}).get("parent_positions", 0)
+        if parent is not None:
+            self.parent_positions += parent["positions"]
+        if resume is not None or parent is not None:
+            self.draft_ids = (resume or parent)["draft_ids"]
         else:
             self.draft_ids = choose_draft_vocab(self.train_seqs, cfg.draft_vocab, self.info.n_vocab)
         self.t2d_map = np.full(self.info.n_vocab, -1, np.int64)
         self.t2d_map[self.draft_ids] = np.arange(len(self.draft_ids))
-        self.model = self._build_model(resume)
+        self.model = self._build_model(resume or parent)
         self.train_data = Batcher(self.train_seqs, cfg, self.t2d_map)
         held = Batcher(self.held_seqs, cfg, self.t2d_map)
         self.held = [
@@ -701,6 +719,32 @@ class Trainer:
             )
         return st
 
+    def _load_parent(self) -> dict[str, Any]:
+        """The state of the run named by init_from, checked to fit this one: the same target,
+        taps and variant (its draft vocabulary comes with it)."""
+        assert self.cfg.init_from
+        st = read_run_state(self.cfg.init_from, self.info)
+        theirs = st["config"].get("variant")
+        if tuple(st["taps"]) != self.taps:
+            raise LocalspecError(
+                f"{self.cfg.init_from} taps layers {list(st['taps'])}, this run {list(self.taps)}:"
+                " pass the same --taps"
+            )
+        if theirs != self.cfg.variant:
+            raise LocalspecError(
+                f"{self.cfg.init_from} trained an {theirs} drafter, this run {self.cfg.variant}:"
+                " pass the same --variant"
+            )
+        if len(st["draft_ids"]) != self.cfg.draft_vocab:
+            raise LocalspecError(
+                f"{self.cfg.init_from} drafts from {len(st['draft_ids'])} tokens, this run "
+                f"from {self.cfg.draft_vocab}: pass --draft-vocab {len(st['draft_ids'])}"
+            )
+        self.log(
+            f"starting from the drafter of {self.cfg.init_from} ({st['positions']} positions seen)"
+        )
+        return st
+
     def _build_model(self, resume: dict[str, Any] | None) -> Any:
         return build_drafter(self.info, self.cfg, self.draft_ids, resume, self.train_seqs[:32]).to(
             self.device
@@ -725,6 +769,7 @@ class Trainer:
                 "seconds": self.seconds,
                 "cpu_seconds": self.cpu_seconds,
                 "positions": self.positions,
+                "parent_positions": self.parent_positions,
                 "n_windows": len(self.train_data.windows),
                 "history": self.history,
                 "untrained": asdict(self.untrained) if self.untrained else None,
@@ -738,6 +783,8 @@ class Trainer:
             "steps": self.step,
             "positions": self.positions,
             "train_seconds": round(self.seconds, 1),
+            "init_from": self.cfg.init_from,
+            "parent_positions": self.parent_positions,
             "target": os.path.basename(self.info.path),
             "taps_layer_inputs": list(self.taps),
         }

@@ -106,6 +106,7 @@ def speeds(
             for name, kw in order:
                 e = bare if name == NO_DRAFTER else eng
                 e.reset()
+                before = searches(e)
                 c = e.complete(prompt, max_tokens=tokens, **kw)
                 out[name]["tps"].append(c.stats.tokens_per_s)
                 out[name]["same"] &= c.tokens == plain
@@ -117,7 +118,7 @@ def speeds(
                 }
                 st = c.stats
                 if name.startswith("auto"):
-                    out[name].setdefault("model", []).append(auto_view(e, st.steps))
+                    out[name].setdefault("model", []).append(auto_view(e, st.steps, before))
                 out[name]["ms_per_step"] = {
                     k: 1e3 * v / max(st.steps, 1)
                     for k, v in (
@@ -131,19 +132,27 @@ def speeds(
     return out
 
 
-def auto_view(eng: localspec.Engine, steps: int) -> dict:
+def searches(eng: localspec.Engine) -> tuple[int, float]:
+    """(searches auto's cost model ran so far, their seconds): the engine keeps one model
+    across calls and settings."""
+    cost = parts(eng).scheduler.cost
+    return (cost.searches, cost.search_s) if cost is not None else (0, 0.0)
+
+
+def auto_view(eng: localspec.Engine, steps: int, before: tuple[int, float]) -> dict:
     """What auto's cost model believes after a call, to tell why it chose its depth: t(n) near
     the deepest chain (measured or interpolated), the drafting costs, first-position
-    acceptance and each deep chain's predicted tokens/s; and its searches so far (host time
+    acceptance and each deep chain's predicted tokens/s; and the call's searches (host time
     per step that a fixed chain does not pay)."""
     cost = parts(eng).scheduler.cost
     if cost is None:
         return {}
     top = cm.MAX_DEPTH + 1
+    n, s = (a - b for a, b in zip(searches(eng), before, strict=True))
     return {
         "steps": steps,
-        "searches": cost.searches,
-        "search_ms_each": 1e3 * cost.search_s / max(cost.searches, 1),
+        "searches": n,
+        "search_ms_each": 1e3 * s / max(n, 1),
         "t1_ms": 1e3 * cost.verify(1),
         "verify_ms": {n: 1e3 * cost.verify(n) for n in range(top - 4, top + 2)},
         "measured": [n for n in range(top - 4, top + 2) if n in cost.verify.ratio],
@@ -203,8 +212,8 @@ def show_speeds(title: str, res: dict) -> None:
             t = " ".join(f"{n}{'' if n in m['measured'] else '~'}:{x:.2f}"
                          for n, x in m["verify_ms"].items())  # fmt: skip
             tps = " ".join(f"{d}:{x:.0f}" for d, x in m["chain_tps"].items())
-            print(f"  {name} model after round {i + 1}: {m['searches']} searches in "
-                  f"{m['steps']} steps so far ({m['search_ms_each']:.2f} ms each); "
+            print(f"  {name} model after round {i + 1}: {m['searches']} searches in its "
+                  f"{m['steps']} steps ({m['search_ms_each']:.2f} ms each); "
                   f"t(n) ms {t} (~ interpolated); expand {m['expand_ms']} flush "
                   f"{m['flush_ms']:.2f} glue {m['glue_ms']}; first accepted "
                   f"{m['first_accept']:.2f}; chain tok/s {tps}")  # fmt: skip

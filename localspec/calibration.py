@@ -36,7 +36,8 @@ MAX_AGE_S = 7 * 24 * 3600.0
 # price is a guess that no step corrects (a size auto never runs is never observed), and on a
 # GPU t(n) moves in steps as kernels change with the batch size.
 SIZES = tuple(sorted({1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 28, 33, 48, 64, MAX_DEPTH + 1}))
-BUDGET_S = 8.0  # stop timing larger batches once this much cost-clock time was spent
+BUDGET_S = 10.0  # stop timing larger batches once this much cost-clock time was spent (8 s
+# before 17 rows were timed too: a compute-bound CPU still reaches the n-gram sizes, 28 and 33)
 ALWAYS = 33  # sizes up to this are timed (n-gram drafts of up to 32 tokens, the root)
 PAYS = 0.9  # past ALWAYS, a size is timed while its rows still cost less than PAYS x the
 # average row of the last size: a longer draft accepted whole would gain no more

@@ -583,7 +583,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     log(
         f"trained {res.steps} steps ({res.seconds / 60:.1f} min, {res.positions} positions); "
         f"held-out tau(k={cfg.steps_unrolled}) {f.tau:.2f}"
-        + (f" (untrained {u.tau:.2f})" if u else "")
+        + (f" ({'at start' if args.init_from else 'untrained'} {u.tau:.2f})" if u else "")
         + ", agreement per step "
         + " ".join(f"{a:.0%}" for a in f.acc)
         + f", draft-vocab coverage {f.coverage:.1%}"

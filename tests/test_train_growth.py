@@ -267,37 +267,53 @@ def test_eval_data_must_match_the_run(train_pair, tmp_path):
 
 def test_a_run_goes_on_from_another_runs_drafter(train_pair, tmp_path):
     """--init-from: a run starts from another run's drafter (its weights and draft
-    vocabulary, not a fresh head) and trains it on its own data; once it saved a state of its
-    own, that state resumes. A drafter of another target, taps, variant or draft vocabulary
-    size is refused with one clear error."""
+    vocabulary, a fresh optimizer, positions from zero) and trains it on its own data; once
+    it saved a state of its own, that state resumes and still names its parent, and a folder
+    holding a run started otherwise refuses a new parent. A drafter of another target, taps,
+    variant or draft vocabulary size, or a file that is no run's state, is refused with one
+    clear error before any data is made."""
     d, target, data = train_pair
     parent = str(tmp_path / "parent")
     _run(target, data, parent, [], max_steps=6)
     st = torch.load(os.path.join(parent, "state.pt"), weights_only=False)
     other_data = _prompts(str(tmp_path / "other.jsonl"), 24, seed=7)
-    child = str(tmp_path / "child")
+    fresh = str(tmp_path / "fresh")  # data, no state of its own
+    _run(target, other_data, fresh, [], max_steps=0)
+    os.remove(os.path.join(fresh, "state.pt"))
     logs: list[str] = []
-    _run(target, other_data, child, logs, max_steps=0, init_from=parent)
-    first = Trainer(target, child, _tcfg(max_steps=0, init_from=parent), TAPS, log=logs.append)
+    first = Trainer(target, fresh, _tcfg(max_steps=0, init_from=parent), TAPS, log=logs.append)
+    assert (first.step, first.positions, first.parent_positions) == (0, 0, st["positions"])
+    assert not first.opt.state_dict()["state"]  # a fresh optimizer
     assert np.array_equal(first.draft_ids, st["draft_ids"])
     for name, w in first.model.state_dict().items():
         assert torch.equal(w, st["model"][name]), name
     assert any("starting from the drafter of" in m for m in logs)
+
+    child = str(tmp_path / "child")
     res = _run(target, other_data, child, logs, max_steps=4, init_from=parent)
     assert res.steps == 4
     meta = json.loads(Path(child, "checkpoint", "config.json").read_text())["localspec"]
-    assert meta["init_from"] == parent and meta["parent_positions"] == st["positions"]
-    # its own state resumes now: the parent's weights are not loaded again
-    again = Trainer(target, child, _tcfg(max_steps=0, init_from=parent), TAPS, log=logs.append)
+    assert meta["init_from"] == os.path.abspath(parent)
+    assert meta["parent_positions"] == st["positions"]
+    # resumed without the flag: its own state, which still names the parent
+    again = Trainer(target, child, _tcfg(max_steps=0), TAPS, log=logs.append)
     moved = any(not torch.equal(w, st["model"][n]) for n, w in again.model.state_dict().items())
-    assert moved and again.step == 4
-    fresh = str(tmp_path / "fresh")  # data, no state of its own
-    _run(target, other_data, fresh, [], max_steps=0)
-    os.remove(os.path.join(fresh, "state.pt"))
+    assert moved and again.step == 4 and again.cfg.init_from == os.path.abspath(parent)
+    elsewhere = _tcfg(max_steps=0, init_from=str(tmp_path / "elsewhere"))
+    for folder, named in ((child, "parent"), (parent, "the target")):
+        with pytest.raises(LocalspecError, match=f"already holds a run started from .*{named}"):
+            Trainer(target, folder, elsewhere, TAPS)
+    # a grandchild counts every position behind it
+    child_positions = torch.load(os.path.join(child, "state.pt"), weights_only=False)["positions"]
+    grand = Trainer(target, fresh, _tcfg(max_steps=0, init_from=child), TAPS, log=logs.append)
+    assert grand.parent_positions == st["positions"] + child_positions
+
+    torch.save({"weights": 1}, tmp_path / "foreign.pt")
     for kw, err in (
         ({"variant": "eagle3"}, "pass the same --variant"),
         ({"draft_vocab": 32}, "pass --draft-vocab 64"),
         ({"init_from": str(tmp_path / "nowhere")}, "no such file"),
+        ({"init_from": str(tmp_path / "foreign.pt")}, "not the state file"),
     ):
         cfg = _tcfg(max_steps=0, **{"init_from": parent, **kw})
         with pytest.raises(LocalspecError, match=err):
@@ -305,6 +321,7 @@ def test_a_run_goes_on_from_another_runs_drafter(train_pair, tmp_path):
     with pytest.raises(LocalspecError, match="pass the same --taps"):
         _run(target, other_data, str(tmp_path / "taps"), [], taps=(1, 2, 2), max_steps=0,
              init_from=parent)  # fmt: skip
+    assert not os.path.exists(tmp_path / "taps")  # refused before any data was made
     deeper = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=4, n_ff=32)
     other, _ = tm.write_agreeing_pair(d, name="other-init", shape=deeper)
     with pytest.raises(LocalspecError, match="another target"):

@@ -9,7 +9,16 @@ from itertools import chain
 from ..datasets import records
 from ..errors import InvalidParameterError
 from .features import DataReport, FeatureConfig, Manifest, data_folder
-from .trainer import TrainConfig, Trainer, TrainResult, build_features, default_taps, target_info
+from .trainer import (
+    STATE,
+    TrainConfig,
+    Trainer,
+    TrainResult,
+    build_features,
+    default_taps,
+    load_parent,
+    target_info,
+)
 
 __all__ = ["DataReport", "FeatureConfig", "TrainConfig", "TrainResult", "data_folder", "train"]
 
@@ -42,6 +51,8 @@ def train(
     fcfg.taps = tap_ids
     if not data:
         raise InvalidParameterError("no training data given")
+    if cfg.init_from and not os.path.isfile(os.path.join(out, STATE)):
+        load_parent(cfg, info, tap_ids)  # refused now, not after hours of making data
     threads = n_threads or max(1, os.cpu_count() or 1)
     os.makedirs(out, exist_ok=True)
     items = chain.from_iterable(records(d) for d in data)

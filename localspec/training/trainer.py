@@ -552,13 +552,47 @@ def read_run_state(path: str, info: TargetInfo) -> dict[str, Any]:
         st = torch.load(state_path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a torn or foreign file
         raise LocalspecError(f"cannot read {state_path}: {exc}") from None
-    if not isinstance(st, dict) or any(
-        k not in st for k in ("config", "draft_ids", "model", "taps")
+    keys = ("config", "draft_ids", "model", "taps", "positions")
+    if (
+        not isinstance(st, dict)
+        or any(k not in st for k in keys)
+        or not isinstance(st["config"], dict)
     ):
         raise LocalspecError(f"{state_path} is not the state file of a localspec train run")
     if st.get("target") != target_identity(info.path):
         raise LocalspecError(f"{state_path} was trained for another target than {info.path}")
     return st
+
+
+def load_parent(cfg: TrainConfig, info: TargetInfo, taps: tuple[int, ...]) -> dict[str, Any]:
+    """The state of the run cfg.init_from names, checked to fit a run of cfg: the same target,
+    taps, variant and draft vocabulary size (its weights are loaded as they are)."""
+    assert cfg.init_from
+    st = read_run_state(cfg.init_from, info)
+    if tuple(st["taps"]) != tuple(taps):
+        raise LocalspecError(
+            f"{cfg.init_from} taps layers {list(st['taps'])}, this run {list(taps)}: pass the "
+            "same --taps"
+        )
+    theirs = st["config"].get("variant")
+    if theirs != cfg.variant:
+        raise LocalspecError(
+            f"{cfg.init_from} holds a drafter of variant {theirs}, this run trains "
+            f"{cfg.variant}: pass the same --variant"
+        )
+    size = min(cfg.draft_vocab, info.n_vocab)  # what choose_draft_vocab would pick
+    if len(st["draft_ids"]) != size:
+        raise LocalspecError(
+            f"{cfg.init_from} drafts from {len(st['draft_ids'])} tokens, this run from "
+            f"{size}: pass --draft-vocab {len(st['draft_ids'])}"
+        )
+    return st
+
+
+def _same_path(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
@@ -641,8 +675,22 @@ class Trainer:
         self.state_path = os.path.join(folder, STATE)
         resume = self._load_state()
         # a run that goes on from another's drafter: its weights and draft vocabulary (once
-        # this run saved a state of its own, that state is what resumes)
-        parent = self._load_parent() if resume is None and cfg.init_from else None
+        # this run saved a state of its own, that state is what resumes, and it names the
+        # parent it started from: a run is never silently resumed as if from another)
+        parent = None
+        if resume is not None:
+            saved = resume["config"].get("init_from")
+            if cfg.init_from and not _same_path(cfg.init_from, saved):
+                raise LocalspecError(
+                    f"{folder} already holds a run started from {saved or 'the target'}; "
+                    "--init-from starts a new run: use another output folder"
+                )
+            self.cfg = cfg = dataclasses.replace(cfg, init_from=saved)
+        elif cfg.init_from:
+            parent = load_parent(cfg, self.info, self.taps)
+            self.cfg = cfg = dataclasses.replace(cfg, init_from=os.path.abspath(cfg.init_from))
+            seen = parent["positions"]
+            log(f"starting from the drafter of {cfg.init_from} ({seen} positions seen)")
         self.parent_positions = (resume or parent or {}).get("parent_positions", 0)
         if parent is not None:
             self.parent_positions += parent["positions"]
@@ -719,36 +767,13 @@ class Trainer:
             )
         return st
 
-    def _load_parent(self) -> dict[str, Any]:
-        """The state of the run named by init_from, checked to fit this one: the same target,
-        taps and variant (its draft vocabulary comes with it)."""
-        assert self.cfg.init_from
-        st = read_run_state(self.cfg.init_from, self.info)
-        theirs = st["config"].get("variant")
-        if tuple(st["taps"]) != self.taps:
-            raise LocalspecError(
-                f"{self.cfg.init_from} taps layers {list(st['taps'])}, this run {list(self.taps)}:"
-                " pass the same --taps"
-            )
-        if theirs != self.cfg.variant:
-            raise LocalspecError(
-                f"{self.cfg.init_from} trained an {theirs} drafter, this run {self.cfg.variant}:"
-                " pass the same --variant"
-            )
-        if len(st["draft_ids"]) != self.cfg.draft_vocab:
-            raise LocalspecError(
-                f"{self.cfg.init_from} drafts from {len(st['draft_ids'])} tokens, this run "
-                f"from {self.cfg.draft_vocab}: pass --draft-vocab {len(st['draft_ids'])}"
-            )
-        self.log(
-            f"starting from the drafter of {self.cfg.init_from} ({st['positions']} positions seen)"
-        )
-        return st
-
     def _build_model(self, resume: dict[str, Any] | None) -> Any:
-        return build_drafter(self.info, self.cfg, self.draft_ids, resume, self.train_seqs[:32]).to(
-            self.device
-        )
+        try:
+            model = build_drafter(self.info, self.cfg, self.draft_ids, resume, self.train_seqs[:32])
+        except RuntimeError as exc:  # saved weights of another shape than the config says
+            source = self.state_path if os.path.isfile(self.state_path) else self.cfg.init_from
+            raise LocalspecError(f"cannot load the drafter of {source}: {exc}") from None
+        return model.to(self.device)
 
     def _lr(self) -> float:
         return self.cfg.lr * min(1.0, (self.step + 1) / max(self.cfg.warmup, 1))
@@ -857,7 +882,8 @@ class Trainer:
             self.untrained = self.evaluate()
             self._record_curve(self.untrained, 0.0)
             self.log(
-                f"untrained: held-out loss {self.untrained.loss:.3f}, tau(k={cfg.steps_unrolled})"
+                f"{'at start' if cfg.init_from else 'untrained'}: held-out loss "
+                f"{self.untrained.loss:.3f}, tau(k={cfg.steps_unrolled})"
                 f" {self.untrained.tau:.2f}, draft-vocab coverage {self.untrained.coverage:.1%}"
             )
         t_start = time.perf_counter()

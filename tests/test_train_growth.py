@@ -326,3 +326,48 @@ def test_a_run_goes_on_from_another_runs_drafter(train_pair, tmp_path):
     other, _ = tm.write_agreeing_pair(d, name="other-init", shape=deeper)
     with pytest.raises(LocalspecError, match="another target"):
         _run(other, other_data, str(tmp_path / "other"), [], max_steps=0, init_from=parent)
+
+
+def test_generated_data_reaches_max_tokens_when_replies_end_early(
+    train_pair, tmp_path, monkeypatch
+):
+    """Each reply in flight reserves a full --max-new of the budget; one that ends early (an
+    end-of-generation token) gives back what it did not use, so the data reaches
+    --max-tokens instead of stopping short by every early end."""
+    from localspec import _native as N
+
+    _, target, data = train_pair
+    real = N.NativeModel.eog_mask
+    # a few common ids end a reply too: replies stop at uneven, mostly early points
+    monkeypatch.setattr(N.NativeModel, "eog_mask", lambda self: real(self) | (
+        np.arange(self.n_vocab) % 5 == 2))  # fmt: skip
+    out = str(tmp_path / "early")
+    _run(target, data, out, [], max_steps=0, max_tokens=1500)
+    seqs = load_sequences(os.path.join(out, "data"))
+    new = [int(s.labelled.sum()) for s in seqs]
+    assert min(new) < 40 - 5, new  # replies did end early (max_new is 40)
+    made = json.loads(Path(out, "data", "manifest.json").read_text())["n_tokens"]
+    assert made >= 1500, made
+
+
+def test_a_resumed_run_is_judged_on_the_rows_it_was_judged_on(train_pair, tmp_path):
+    """Resumed without --eval-data (e.g. to add data), a run keeps the eval folder it was
+    started with; another folder, or one for a run judged on its own 3%, is refused: one
+    curve never mixes estimates on different rows."""
+    _, target, data = train_pair
+    judges = []
+    for name, seed in (("judge", 3), ("judge2", 4)):
+        _run(target, _prompts(str(tmp_path / f"{name}.jsonl"), 8, seed=seed),
+             str(tmp_path / name), [], max_steps=0, max_tokens=400)  # fmt: skip
+        judges.append(os.path.join(tmp_path, name, "data"))
+    out = str(tmp_path / "judged")
+    _run(target, data, out, [], max_steps=2, eval_data=judges[0])
+    again = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None)
+    assert again.cfg.eval_data == judges[0]
+    assert {s.key for s in again.held_seqs} == {s.key for s in load_sequences(judges[0])}
+    with pytest.raises(LocalspecError, match="holds a run judged on .*judge/data"):
+        Trainer(target, out, _tcfg(max_steps=0, eval_data=judges[1]), TAPS)
+    own = str(tmp_path / "own")
+    _run(target, data, own, [], max_steps=0)
+    with pytest.raises(LocalspecError, match="judged on 3% of its own data"):
+        Trainer(target, own, _tcfg(max_steps=0, eval_data=judges[0]), TAPS)

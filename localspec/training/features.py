@@ -403,7 +403,11 @@ class FeatureWriter:
         prefilled when its slot frees up."""
         cfg, m = self.cfg, self.manifest
         slots: list[_Seq | None] = [None] * cfg.n_parallel
+        # positions written plus those reserved for the sequences in flight (each its prompt
+        # and a full reply); a reply that ends early gives back what it did not use, so the
+        # data reaches max_tokens rather than stopping short by every early end
         queued = m.n_tokens
+        reserved: dict[int, int] = {}
         exhausted = False
         while True:
             for slot in range(cfg.n_parallel):  # fill free slots, prefilling their prompts
@@ -417,11 +421,13 @@ class FeatureWriter:
                     for p0 in range(0, n_prompt, self.t.n_batch):
                         p1 = min(p0 + self.t.n_batch, n_prompt)
                         self._decode([(s, slot, p) for p in range(p0, p1)])
-                    queued += len(s.tokens) + cfg.max_new
+                    reserved[id(s)] = len(s.tokens) + cfg.max_new
+                    queued += reserved[id(s)]
                     slots[slot] = s
             live = [(s, i) for i, s in enumerate(slots) if s is not None]
             for s, i in live:
                 if s.done:
+                    queued += s.n_rows - reserved.pop(id(s))
                     self._finish(s, progress)
                     slots[i] = None
             live = [(s, i) for i, s in enumerate(slots) if s is not None]

@@ -658,6 +658,18 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
+        self.state_path = os.path.join(folder, STATE)
+        resume = self._load_state()
+        if resume is not None:
+            # a resumed run is judged on the rows it was judged on so far (an estimate on
+            # other rows in the same curve would be meaningless): given again or inherited
+            saved = resume["config"].get("eval_data")
+            if cfg.eval_data and not _same_path(cfg.eval_data, saved):
+                raise LocalspecError(
+                    f"{folder} holds a run judged on {saved or '3% of its own data'}: pass the "
+                    "same --eval-data (or none) or use another output folder"
+                )
+            self.cfg = cfg = dataclasses.replace(cfg, eval_data=saved)
         seqs = load_sequences(os.path.join(folder, "data"))
         if len(seqs) < 2:
             raise LocalspecError(f"too little training data in {folder}/data: {len(seqs)} items")
@@ -672,8 +684,6 @@ class Trainer:
             self.held_seqs = [s for s, k in zip(seqs, kept, strict=True) if k]
             if not self.train_seqs:
                 raise LocalspecError(f"too little training data in {folder}/data")
-        self.state_path = os.path.join(folder, STATE)
-        resume = self._load_state()
         # a run that goes on from another's drafter: its weights and draft vocabulary (once
         # this run saved a state of its own, that state is what resumes, and it names the
         # parent it started from: a run is never silently resumed as if from another)

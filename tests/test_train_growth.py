@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from test_train import TAPS, _fcfg, _prompts, _tcfg  # noqa: E402
 
 from localspec.errors import LocalspecError  # noqa: E402
-from localspec.training import train  # noqa: E402
+from localspec.training import FeatureConfig, train  # noqa: E402
 from localspec.training.features import load_sequences  # noqa: E402
 from localspec.training.trainer import Trainer, estimate_on, step_losses  # noqa: E402
 
@@ -121,8 +121,8 @@ def test_a_runs_drafter_is_judged_on_any_folder_as_its_trainer_judges_it(train_p
     judge = str(tmp_path / "judge")
     _run(target, data, judge, [], max_steps=0, max_tokens=800)
     out = str(tmp_path / "judged")
-    _run(target, data, out, [], max_steps=6)
     folder = os.path.join(judge, "data")
+    _run(target, data, out, [], max_steps=6, eval_data=folder)
     cfg = _tcfg(max_steps=0, eval_data=folder, eval_batches=10_000, precision="fp32", device="cpu")
     want = Trainer(target, out, cfg, TAPS, log=lambda m: None).evaluate()
     got = estimate_on(target, os.path.join(out, "state.pt"), folder)
@@ -250,6 +250,7 @@ def test_eval_data_must_match_the_run(train_pair, tmp_path):
     _, target, data = train_pair
     out = str(tmp_path / "mine")
     _run(target, data, out, [], max_steps=0, max_tokens=800)
+    os.remove(os.path.join(out, "state.pt"))  # data only: a new run in this folder
     own = os.path.join(out, "data")
     with pytest.raises(InvalidParameterError, match="own training data"):
         Trainer(target, out, _tcfg(max_steps=0, eval_data=own), TAPS, log=lambda m: None)
@@ -346,11 +347,14 @@ def test_generated_data_reaches_max_tokens_when_replies_end_early(
     seqs = load_sequences(os.path.join(out, "data"))
     new = [int(s.labelled.sum()) for s in seqs]
     assert min(new) < 40 - 5, new  # replies did end early (max_new is 40)
-    made = json.loads(Path(out, "data", "manifest.json").read_text())["n_tokens"]
-    assert made >= 1500, made
+    manifest = json.loads(Path(out, "data", "manifest.json").read_text())
+    made = manifest["n_tokens"]
+    assert len(manifest["done"]) < 48  # the prompts were not used up: the budget stopped it
+    # at least what was asked, and at most one more sequence (its prompt and reply) over it
+    assert 1500 <= made < 1500 + FeatureConfig(taps=TAPS).max_prompt + 40, made
 
 
-def test_a_resumed_run_is_judged_on_the_rows_it_was_judged_on(train_pair, tmp_path):
+def test_a_resumed_run_is_judged_on_the_rows_it_was_judged_on(train_pair, tmp_path, monkeypatch):
     """Resumed without --eval-data (e.g. to add data), a run keeps the eval folder it was
     started with; another folder, or one for a run judged on its own 3%, is refused: one
     curve never mixes estimates on different rows."""
@@ -367,7 +371,26 @@ def test_a_resumed_run_is_judged_on_the_rows_it_was_judged_on(train_pair, tmp_pa
     assert {s.key for s in again.held_seqs} == {s.key for s in load_sequences(judges[0])}
     with pytest.raises(LocalspecError, match="holds a run judged on .*judge/data"):
         Trainer(target, out, _tcfg(max_steps=0, eval_data=judges[1]), TAPS)
+    # refused before any data is made, too
+    before = Path(out, "data", "manifest.json").read_text()
+    with pytest.raises(LocalspecError, match="holds a run judged on"):
+        _run(target, data, out, [], max_steps=0, max_tokens=5000, eval_data=judges[1])
+    assert Path(out, "data", "manifest.json").read_text() == before
+    # the same folder, named from another working directory, is the same folder
+    monkeypatch.chdir(tmp_path)
+    same = Trainer(target, out, _tcfg(max_steps=0, eval_data="judge/data"), TAPS)
+    assert same.cfg.eval_data == judges[0]
     own = str(tmp_path / "own")
-    _run(target, data, own, [], max_steps=0)
+    _run(target, data, own, [], max_steps=1)
     with pytest.raises(LocalspecError, match="judged on 3% of its own data"):
         Trainer(target, own, _tcfg(max_steps=0, eval_data=judges[0]), TAPS)
+    # a run that only made data (no step trained) takes the eval folder it is given, and its
+    # untrained estimate and curve start again on those rows
+    made = str(tmp_path / "made")
+    _run(target, data, made, [], max_steps=0)
+    res = _run(target, data, made, [], max_steps=1, eval_data=judges[0])
+    rows = _curve(made)
+    assert [r["step"] for r in rows] == [0, 1], rows
+    judged = Trainer(target, made, _tcfg(max_steps=0), TAPS, log=lambda m: None)
+    assert judged.cfg.eval_data == judges[0]
+    assert rows[0]["tau"] == pytest.approx(res.untrained.tau)

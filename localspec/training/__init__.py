@@ -15,6 +15,7 @@ from .trainer import (
     Trainer,
     TrainResult,
     build_features,
+    check_resumable,
     default_taps,
     load_parent,
     target_info,
@@ -51,8 +52,10 @@ def train(
     fcfg.taps = tap_ids
     if not data:
         raise InvalidParameterError("no training data given")
+    # refused now, not after hours of making data
+    check_resumable(cfg, out)
     if cfg.init_from and not os.path.isfile(os.path.join(out, STATE)):
-        load_parent(cfg, info, tap_ids)  # refused now, not after hours of making data
+        load_parent(cfg, info, tap_ids)
     threads = n_threads or max(1, os.cpu_count() or 1)
     os.makedirs(out, exist_ok=True)
     items = chain.from_iterable(records(d) for d in data)

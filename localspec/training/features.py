@@ -427,8 +427,7 @@ class FeatureWriter:
             live = [(s, i) for i, s in enumerate(slots) if s is not None]
             for s, i in live:
                 if s.done:
-                    queued += s.n_rows - reserved.pop(id(s))
-                    self._finish(s, progress)
+                    queued += self._finish(s, progress) - reserved.pop(id(s))
                     slots[i] = None
             live = [(s, i) for i, s in enumerate(slots) if s is not None]
             if not live:
@@ -449,10 +448,11 @@ class FeatureWriter:
         if progress is not None:
             progress(0, m.report())
 
-    def _finish(self, s: _Seq, progress: Callable[[int, DataReport], None] | None) -> None:
+    def _finish(self, s: _Seq, progress: Callable[[int, DataReport], None] | None) -> int:
+        """Queue a finished sequence for the next shard; the rows it adds (0: too short)."""
         if s.n_rows < 3:
             self._skip(s.item, TOO_SHORT, progress)
-            return
+            return 0
         m = self.manifest
         s.taps = [_compact(np.concatenate(s.taps))]  # a shard is float32 if any part must be
         self.pending.append(s)
@@ -461,6 +461,7 @@ class FeatureWriter:
         if progress is not None:
             progress(s.n_rows, m.report())
         self._flush(force=False)
+        return s.n_rows
 
     def _flush(self, *, force: bool) -> None:
         rows = sum(s.n_rows for s in self.pending)

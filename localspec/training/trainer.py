@@ -9,6 +9,7 @@ Layout of the output folder:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -595,6 +596,61 @@ def _same_path(a: str | None, b: str | None) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def fresh_config(cfg: TrainConfig) -> TrainConfig:
+    """A new run's config as its state records it: paths made absolute, so the run resumes
+    from any working directory."""
+    return dataclasses.replace(
+        cfg,
+        eval_data=os.path.abspath(cfg.eval_data) if cfg.eval_data else None,
+        init_from=os.path.abspath(cfg.init_from) if cfg.init_from else None,
+    )
+
+
+def resumed_config(
+    cfg: TrainConfig, saved: dict[str, Any], state_path: str, step: int
+) -> TrainConfig:
+    """cfg for resuming a run whose state recorded `saved` after `step` steps. A run that
+    trained stays judged on the rows it was judged on (estimates on other rows in one curve
+    would be meaningless), and every run keeps the parent it started from: each is given
+    again or inherited, never changed. Before its first step (a run that only made data) a
+    run takes the --eval-data it is given."""
+    folder = os.path.dirname(state_path)
+    evals, parent = saved.get("eval_data"), saved.get("init_from")
+    if step == 0 and cfg.eval_data:
+        evals = os.path.abspath(cfg.eval_data)
+    elif cfg.eval_data and not _same_path(cfg.eval_data, evals):
+        raise LocalspecError(
+            f"{folder} holds a run judged on {evals or '3% of its own data'}: pass the same "
+            "--eval-data (or none) or use another output folder"
+        )
+    if cfg.init_from and not _same_path(cfg.init_from, parent):
+        raise LocalspecError(
+            f"{folder} already holds a run started from {parent or 'the target'}; "
+            "--init-from starts a new run: use another output folder"
+        )
+    if evals and not os.path.isdir(evals):
+        raise LocalspecError(
+            f"{state_path} is judged on {evals}, which is gone: restore it or use another "
+            "output folder"
+        )
+    return dataclasses.replace(cfg, eval_data=evals, init_from=parent)
+
+
+def check_resumable(cfg: TrainConfig, folder: str) -> None:
+    """Refuse, before any data is made, a resume that resumed_config would refuse."""
+    import torch
+
+    path = os.path.join(folder, STATE)
+    if not os.path.isfile(path):
+        return
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a torn or foreign file
+        raise LocalspecError(f"cannot resume from {path}: {exc}") from None
+    if isinstance(st, dict) and isinstance(st.get("config"), dict):
+        resumed_config(cfg, st["config"], path, int(st.get("step", 0)))
+
+
 def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
     """A training run's drafter (its state file) judged on any feature folder, e.g. the
     target's own replies to a benchmark's prompts: the run's held-out estimate, on other
@@ -660,16 +716,16 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.state_path = os.path.join(folder, STATE)
         resume = self._load_state()
-        if resume is not None:
-            # a resumed run is judged on the rows it was judged on so far (an estimate on
-            # other rows in the same curve would be meaningless): given again or inherited
-            saved = resume["config"].get("eval_data")
-            if cfg.eval_data and not _same_path(cfg.eval_data, saved):
-                raise LocalspecError(
-                    f"{folder} holds a run judged on {saved or '3% of its own data'}: pass the "
-                    "same --eval-data (or none) or use another output folder"
-                )
-            self.cfg = cfg = dataclasses.replace(cfg, eval_data=saved)
+        self.cfg = cfg = (
+            resumed_config(cfg, resume["config"], self.state_path, resume["step"])
+            if resume is not None
+            else fresh_config(cfg)
+        )
+        # a run that only made data, now judged on other rows: its untrained estimate and
+        # curve start again on them
+        rejudged = resume is not None and not _same_path(
+            cfg.eval_data, resume["config"].get("eval_data")
+        )
         seqs = load_sequences(os.path.join(folder, "data"))
         if len(seqs) < 2:
             raise LocalspecError(f"too little training data in {folder}/data: {len(seqs)} items")
@@ -688,17 +744,8 @@ class Trainer:
         # this run saved a state of its own, that state is what resumes, and it names the
         # parent it started from: a run is never silently resumed as if from another)
         parent = None
-        if resume is not None:
-            saved = resume["config"].get("init_from")
-            if cfg.init_from and not _same_path(cfg.init_from, saved):
-                raise LocalspecError(
-                    f"{folder} already holds a run started from {saved or 'the target'}; "
-                    "--init-from starts a new run: use another output folder"
-                )
-            self.cfg = cfg = dataclasses.replace(cfg, init_from=saved)
-        elif cfg.init_from:
+        if resume is None and cfg.init_from:
             parent = load_parent(cfg, self.info, self.taps)
-            self.cfg = cfg = dataclasses.replace(cfg, init_from=os.path.abspath(cfg.init_from))
             seen = parent["positions"]
             log(f"starting from the drafter of {cfg.init_from} ({seen} positions seen)")
         self.parent_positions = (resume or parent or {}).get("parent_positions", 0)
@@ -743,6 +790,10 @@ class Trainer:
             )
             self.history = resume["history"]
             self.untrained = EvalResult(**resume["untrained"]) if resume["untrained"] else None
+            if rejudged:
+                self.untrained = None
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, CURVE))
             log(f"resuming at step {self.step} ({self.seconds / 60:.1f} min trained so far)")
             if "n_windows" not in resume:
                 log(

@@ -6,8 +6,8 @@
 #     about 70 minutes of extraction on both cores);
 #  2. the target's own greedy replies to the first ShareGPT prompts (591k positions, about
 #     1.6 CPU-hours on both cores);
-#  3. step 1's drafter trained on step 2's replies (--init-from), 3.5 epochs (1.5M positions,
-#     about 1.7 CPU-hours on both cores), converted to q8_0 and verified.
+#  3. step 1's drafter trained on step 2's replies (--init-from), 3.5 epochs (about 1.45M
+#     positions, 1.7 CPU-hours on both cores), converted to q8_0 and verified.
 # The shipped file was made with step 3 in two legs (2 epochs on the first 333k positions,
 # then on to 3.5 over all 591k), so a re-make differs from it in detail, not in kind.
 # Every step resumes. Needs: pip install -e ".[train]" and

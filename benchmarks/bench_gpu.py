@@ -148,11 +148,11 @@ def auto_view(eng: localspec.Engine, steps: int, before: tuple[int, float]) -> d
     if cost is None:
         return {}
     top = cm.MAX_DEPTH + 1
-    n, s = (a - b for a, b in zip(searches(eng), before, strict=True))
+    n_search, s_search = (a - b for a, b in zip(searches(eng), before, strict=True))
     return {
         "steps": steps,
-        "searches": n,
-        "search_ms_each": 1e3 * s / max(n, 1),
+        "searches": n_search,
+        "search_ms_each": 1e3 * s_search / max(n_search, 1),
         "t1_ms": 1e3 * cost.verify(1),
         "verify_ms": {n: 1e3 * cost.verify(n) for n in range(top - 4, top + 2)},
         "measured": [n for n in range(top - 4, top + 2) if n in cost.verify.ratio],

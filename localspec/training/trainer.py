@@ -541,18 +541,26 @@ def build_drafter(
     return model
 
 
-def read_run_state(path: str, info: TargetInfo) -> dict[str, Any]:
+def read_run_state(path: str, info: TargetInfo, verb: str = "read") -> dict[str, Any]:
     """A training run's state file (or the run folder holding it), checked to be one and to
-    belong to this target."""
+    belong to this target (verb: what failed, in the message for a torn file)."""
+    state_path = os.path.join(path, STATE) if os.path.isdir(path) else path
+    st = _read_state(state_path, verb)
+    if st.get("target") != target_identity(info.path):
+        raise LocalspecError(f"{state_path} was trained for another target than {info.path}")
+    return st
+
+
+def _read_state(state_path: str, verb: str) -> dict[str, Any]:
+    """A state file, checked to be one of a localspec train run."""
     import torch
 
-    state_path = os.path.join(path, STATE) if os.path.isdir(path) else path
     if not os.path.isfile(state_path):
         raise LocalspecError(f"no such file: {state_path}")
     try:
         st = torch.load(state_path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a torn or foreign file
-        raise LocalspecError(f"cannot read {state_path}: {exc}") from None
+        raise LocalspecError(f"cannot {verb} {state_path}: {exc}") from None
     keys = ("config", "draft_ids", "model", "taps", "positions")
     if (
         not isinstance(st, dict)
@@ -560,8 +568,6 @@ def read_run_state(path: str, info: TargetInfo) -> dict[str, Any]:
         or not isinstance(st["config"], dict)
     ):
         raise LocalspecError(f"{state_path} is not the state file of a localspec train run")
-    if st.get("target") != target_identity(info.path):
-        raise LocalspecError(f"{state_path} was trained for another target than {info.path}")
     return st
 
 
@@ -637,17 +643,11 @@ def resumed_config(
 
 
 def check_resumable(cfg: TrainConfig, folder: str) -> None:
-    """Refuse, before any data is made, a resume that resumed_config would refuse."""
-    import torch
-
+    """Refuse, before any data is made, a resume that resumed_config would refuse (the data
+    and the Trainer check the target)."""
     path = os.path.join(folder, STATE)
-    if not os.path.isfile(path):
-        return
-    try:
-        st = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a torn or foreign file
-        raise LocalspecError(f"cannot resume from {path}: {exc}") from None
-    if isinstance(st, dict) and isinstance(st.get("config"), dict):
+    if os.path.isfile(path):
+        st = _read_state(path, "resume from")
         resumed_config(cfg, st["config"], path, int(st.get("step", 0)))
 
 
@@ -807,20 +807,11 @@ class Trainer:
                 self.cursor = 0
 
     def _load_state(self) -> dict[str, Any] | None:
-        import torch
-
         if not os.path.isfile(self.state_path):
             return None
-        try:
-            st = torch.load(self.state_path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # a torn or foreign file
-            raise LocalspecError(f"cannot resume from {self.state_path}: {exc}") from None
+        st = read_run_state(self.state_path, self.info, "resume from")
         mine = {k: v for k, v in asdict(self.cfg).items() if k in RESUME_KEYS}
         theirs = {k: v for k, v in st["config"].items() if k in RESUME_KEYS}
-        if st.get("target") != target_identity(self.info.path):
-            raise LocalspecError(
-                f"{self.state_path} was trained for another target; use another output folder"
-            )
         if mine != theirs or tuple(st["taps"]) != self.taps:
             raise LocalspecError(
                 f"{self.state_path} was trained with other settings {theirs} (taps "

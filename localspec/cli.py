@@ -584,6 +584,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"trained {res.steps} steps ({res.seconds / 60:.1f} min, {res.positions} positions); "
         f"held-out tau(k={cfg.steps_unrolled}) {f.tau:.2f}"
         + (f" ({'at start' if args.init_from else 'untrained'} {u.tau:.2f})" if u else "")
+        + f", walked as decoding meets it {f.tau_walk:.2f}"
+        + (f" ({u.tau_walk:.2f})" if u and u.tau_walk == u.tau_walk else "")  # NaN: saved before
         + ", agreement per step "
         + " ".join(f"{a:.0%}" for a in f.acc)
         + f", draft-vocab coverage {f.coverage:.1%}"

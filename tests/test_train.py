@@ -4,10 +4,12 @@ losslessly, and clear errors for bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +31,7 @@ from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.target import Target  # noqa: E402
 from localspec.training import FeatureConfig, TrainConfig, train  # noqa: E402
 from localspec.training.features import load_sequences  # noqa: E402
-from localspec.training.trainer import Trainer  # noqa: E402
+from localspec.training.trainer import Batcher, Trainer, evaluate, walk_chains  # noqa: E402
 
 TAPS = (1, 2, 3)
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 1024}
@@ -187,6 +189,80 @@ def test_trained_checkpoint_converts_and_runs_losslessly(pair, trained, tmp_path
     finally:
         plain.close()
         spec.close()
+
+
+def test_walked_estimate_is_what_decoding_measures(pair, trained, tmp_path):
+    """Decoding takes an easy stretch in one step where the estimate averaged over rows
+    counts it once per row. Chains walked through each reply (walk_chains) are what the
+    engine measures: the trained drafter, converted, decodes the prompts of its own data to
+    the same tokens per step and acceptance per position as the walk of the PyTorch model
+    predicts on those replies."""
+    _, target, data = pair
+    # a drafter part way trained, that agrees often but not always (the trained one agrees
+    # on every row)
+    out = str(tmp_path / "run")
+    shutil.copytree(os.path.join(trained[0], "data"), os.path.join(out, "data"))
+    cfg = _tcfg(max_steps=20, eval_every=1000)
+    train(target, [data], out, config=cfg, features=_fcfg(), taps=TAPS, show_progress=False)
+    gguf_path = str(tmp_path / "walk.eagle3.gguf")
+    convert(os.path.join(out, "checkpoint"), target, gguf_path, outtype="f32", log=print)
+    seqs = load_sequences(os.path.join(out, "data"))[:16]
+    trainer = Trainer(target, out, cfg, TAPS, log=lambda m: None)
+    # whole sequences in one window each: the engine's drafter attends to all it has seen
+    whole = dataclasses.replace(trainer.cfg, window=512, batch_tokens=512)
+    rows = Batcher(seqs, whole, trainer.t2d_map)
+    batches = [rows.tensors(b, "cpu") for b in rows.batches(np.arange(len(rows.windows)))]
+    new = _fcfg().max_new  # every reply of this data runs to it: decode each as far
+    ev = evaluate(trainer.model.float(), batches, 4, walk_limit=new)
+    spec = load(target, draft=gguf_path, n_draft=4, **EXACT)
+    steps = accepted = 0
+    accepted_at, drafted_at = np.zeros(4), np.zeros(4)
+    try:
+        for s in seqs:
+            got = spec.complete([int(x) for x in s.tokens[: s.loss_start]], max_tokens=new)
+            assert got.tokens == [int(x) for x in s.tokens[s.loss_start :]]
+            steps += got.stats.steps
+            accepted += got.stats.accepted
+            for mine, theirs in (
+                (accepted_at, got.stats.accepted_at),
+                (drafted_at, got.stats.drafted_at),
+            ):
+                mine[: len(theirs)] += theirs
+    finally:
+        spec.close()
+    measured = 1 + accepted / steps
+    print(f"tau: over rows {ev.tau:.3f}, walked {ev.tau_walk:.3f}, decoded {measured:.3f}")
+    assert 0.2 < ev.accept_walk[0] < 0.8  # a drafter whose chains end at varied depths
+    assert ev.tau_walk == pytest.approx(measured, abs=0.05)
+    assert ev.accept_walk == pytest.approx(list(accepted_at / drafted_at), abs=0.03)
+
+
+def test_walk_follows_each_reply_as_decoding_does():
+    """Lengths per row, fed in windows out of order: the walk takes row p's chain, then the
+    row after its tokens; a gap in positions starts a new reply; a reply's end or a limit
+    cuts its last chain short."""
+    lengths = np.array([2, 0, 0, 4, 1, 1, 1, 1, 0, 3])  # one reply, rows 10..19
+    pos = np.arange(10, 20)
+    parts = {0: [(pos[5:], lengths[5:]), (pos[:5], lengths[:5])]}
+    # steps at rows 10 (+3), 13 (+5), 18 (+1), 19 (+1): 10 tokens in 4 steps
+    tau, accept = walk_chains(parts, 4)
+    assert tau == pytest.approx(10 / 4)
+    assert accept == pytest.approx([2 / 4, 2 / 4, 1 / 4, 1 / 4])
+    # a second reply after a gap (a user turn) starts its own walk at its first row
+    parts[1] = [(np.arange(40, 43), np.array([0, 1, 5]))]  # rows 40 (+1), 41 (+2): 3 tokens
+    tau, _ = walk_chains(parts, 4)
+    assert tau == pytest.approx((10 + 3) / (4 + 2))
+    parts[0].append((np.arange(30, 33), np.array([2, 2, 2])))  # same sequence, later reply
+    tau, _ = walk_chains(parts, 4)
+    assert tau == pytest.approx((10 + 3 + 3) / (4 + 2 + 1))
+    # each reply's first 4 tokens, the first of them the target's before any chain: rows
+    # 10 (+3); 30 (+3); 40 (+1) and 41 (+2): 9 tokens in 4 steps
+    tau, accept = walk_chains(parts, 4, limit=4)
+    assert tau == pytest.approx(9 / 4)
+    # and drafts no further than the limit: rows 10, 30, 40 draft 2 positions, row 41 one
+    assert accept == pytest.approx([3 / 4, 2 / 3, 0, 0])
+    tau, accept = walk_chains({}, 4)
+    assert np.isnan(tau) and accept == []
 
 
 def test_resume_continues_without_new_data(pair, tmp_path):

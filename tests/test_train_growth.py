@@ -129,6 +129,8 @@ def test_a_runs_drafter_is_judged_on_any_folder_as_its_trainer_judges_it(train_p
     assert want.tau > 1.0  # a drafter that agrees somewhere: something to compare
     assert got.tau == pytest.approx(want.tau, rel=1e-6)
     assert got.acc == pytest.approx(want.acc, rel=1e-6)
+    assert got.tau_walk == pytest.approx(want.tau_walk, rel=1e-6)
+    assert got.accept_walk == pytest.approx(want.accept_walk, rel=1e-6)
     assert got.loss == pytest.approx(want.loss, rel=1e-5)
     deeper = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=4, n_ff=32)
     other, _ = tm.write_agreeing_pair(d, name="other", shape=deeper)

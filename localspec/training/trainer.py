@@ -90,6 +90,10 @@ class EvalResult:
     tau_short: float = 0.0  # tau of rows at sequence positions < SHORT
     tau_long: float = 0.0  # tau of rows at positions >= LONG (EAGLE-3.1's claim: 3.1 holds
     # its acceptance deeper into a context)
+    # tau and acceptance per position as decoding sees them: chains walked through each reply,
+    # each starting where the last one's tokens ended (see walk_chains)
+    tau_walk: float = float("nan")  # NaN in estimates saved before it existed
+    accept_walk: list[float] = field(default_factory=list)
 
 
 # the long/short split of held-out rows, by position in their sequence
@@ -342,6 +346,7 @@ class Batcher:
             "valid": torch.from_numpy(valid).to(device),
             "rows": torch.tensor([b - a for _, a, b in batch], device=device),
             "start": torch.tensor([a for _, a, _ in batch], device=device),
+            "seq": [si for si, _, _ in batch],
             "W": W,
         }
 
@@ -399,12 +404,57 @@ def step_losses(
     return total, correct, counted
 
 
+def walk_chains(
+    rows: dict[int, list[tuple[np.ndarray, np.ndarray]]], steps: int, limit: int | None = None
+) -> tuple[float, list[float]]:
+    """tau and acceptance per draft position as greedy chain decoding meets them. `rows` maps
+    a sequence to its labelled rows' positions and accepted lengths. Each reply (a run of
+    consecutive rows; its first token is the target's before any chain) is walked as decoding
+    walks it: a chain at row p yields its L accepted tokens and the target's own, and the
+    next starts at row p + L + 1; the last one stops where the reply does. Averaging over
+    every row instead counts an easy stretch once per row where decoding takes it in one
+    step, so that estimate reads high, by more the better the drafter. `limit` walks each
+    reply's first `limit` tokens and drafts no further, as decoding with max_tokens = limit
+    does. Acceptance at position j is counted as `localspec bench` counts it: chains
+    accepted through j over chains that drafted j."""
+    n_steps, n_tokens = 0, 0
+    reach = np.zeros(steps)  # chains that accepted at least j + 1 drafts
+    drafted = np.zeros(steps)  # chains that drafted position j
+    for parts in rows.values():
+        pos = np.concatenate([p for p, _ in parts])
+        length = np.concatenate([n for _, n in parts])
+        order = np.argsort(pos, kind="stable")
+        pos, length = pos[order], length[order]
+        for reply in np.split(np.arange(len(pos)), np.flatnonzero(np.diff(pos) != 1) + 1):
+            end = len(reply) if limit is None else min(len(reply), limit - 1)
+            i = 0
+            while i < end:
+                # tokens made so far: i + 1; decoding drafts no further than its budget
+                budget = steps if limit is None else min(steps, limit - i - 2)
+                n = min(int(length[reply[i]]), end - i - 1)
+                n_steps += 1
+                drafted[: max(budget, 0)] += 1
+                reach[:n] += 1
+                i += n + 1
+            n_tokens += max(end, 0)
+    if not n_steps:
+        return float("nan"), []
+    return n_tokens / n_steps, [
+        float(r / d) if d else 0.0 for r, d in zip(reach, drafted, strict=True)
+    ]
+
+
 def evaluate(
-    model: Any, batches: Iterable[dict[str, Any]], steps: int, loss: str = "kl"
+    model: Any,
+    batches: Iterable[dict[str, Any]],
+    steps: int,
+    loss: str = "kl",
+    walk_limit: int | None = None,
 ) -> EvalResult:
     """Held-out loss, per-step agreement and the chain estimate of tau at k = steps: a row's
     chain accepts while each step agrees with the target (for greedy self-generated data the
-    fed tokens are exactly those a real chain would see)."""
+    fed tokens are exactly those a real chain would see), averaged over rows and, as decoding
+    meets it, walked through each reply (walk_chains, each reply's first walk_limit tokens)."""
     import torch
 
     loss_sum, n_b = 0.0, 0
@@ -412,6 +462,7 @@ def evaluate(
     cnt = np.zeros(steps)
     chain_sum, chain_rows, cov_in, cov_all = 0.0, 0, 0, 0
     by_len = np.zeros((2, 2))  # [short, long] x [chain sum, rows]
+    walk_rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     model.eval()
     with torch.no_grad():
         for t in batches:
@@ -429,12 +480,16 @@ def evaluate(
             chain_sum += float((length * base).sum())
             chain_rows += int(base.sum())
             pos = t["start"][:, None] + torch.arange(t["W"], device=base.device)[None, :]
+            keep, at, got = base.cpu().numpy(), pos.cpu().numpy(), length.cpu().numpy()
+            for r, si in enumerate(t["seq"]):
+                walk_rows.setdefault(si, []).append((at[r][keep[r]], got[r][keep[r]].astype(int)))
             for i, part in enumerate((pos < SHORT, pos >= LONG)):
                 by_len[i] += (float((length * base * part).sum()), int((base & part).sum()))
             ids0 = t["ids"][:, : t["W"], 0]
             cov_in += int(((ids0 >= 0) & base).sum())
             cov_all += int(base.sum())
     model.train()
+    tau_walk, accept_walk = walk_chains(walk_rows, steps, walk_limit)
     return EvalResult(
         loss=loss_sum / max(n_b, 1),
         acc=[float(h / c) if c else 0.0 for h, c in zip(hits, cnt, strict=True)],
@@ -443,6 +498,8 @@ def evaluate(
         # NaN where no held-out row is that short or long
         tau_short=1.0 + by_len[0, 0] / by_len[0, 1] if by_len[0, 1] else float("nan"),
         tau_long=1.0 + by_len[1, 0] / by_len[1, 1] if by_len[1, 1] else float("nan"),
+        tau_walk=tau_walk,
+        accept_walk=accept_walk,
     )
 
 
@@ -651,11 +708,13 @@ def check_resumable(cfg: TrainConfig, folder: str) -> None:
         resumed_config(cfg, st["config"], path, int(st.get("step", 0)))
 
 
-def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
+def estimate_on(
+    target_path: str, state_path: str, folder: str, walk_limit: int | None = None
+) -> EvalResult:
     """A training run's drafter (its state file) judged on any feature folder, e.g. the
     target's own replies to a benchmark's prompts: the run's held-out estimate, on other
     rows (every window of the folder, on the CPU, in float32 where the run may have used
-    bf16 matmuls)."""
+    bf16 matmuls). walk_limit: walk each reply's first that many tokens (walk_chains)."""
     info = target_info(target_path)
     st = read_run_state(state_path, info)
     made = Manifest.load(folder)
@@ -680,7 +739,7 @@ def estimate_on(target_path: str, state_path: str, folder: str) -> EvalResult:
         raise LocalspecError(f"{folder} holds no labelled rows to judge on")
     # one batch at a time: a big folder's taps never sit in memory all at once
     batches = (rows.tensors(b, "cpu") for b in rows.batches(np.arange(len(rows.windows))))
-    return evaluate(model, batches, cfg.steps_unrolled, cfg.loss)
+    return evaluate(model, batches, cfg.steps_unrolled, cfg.loss, walk_limit)
 
 
 class Trainer:
@@ -936,7 +995,8 @@ class Trainer:
             self.log(
                 f"{'at start' if cfg.init_from else 'untrained'}: held-out loss "
                 f"{self.untrained.loss:.3f}, tau(k={cfg.steps_unrolled})"
-                f" {self.untrained.tau:.2f}, draft-vocab coverage {self.untrained.coverage:.1%}"
+                f" {self.untrained.tau:.2f} (walked {self.untrained.tau_walk:.2f}), draft-vocab"
+                f" coverage {self.untrained.coverage:.1%}"
             )
         t_start = time.perf_counter()
         t_saved = t_start

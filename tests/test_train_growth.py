@@ -396,3 +396,27 @@ def test_a_resumed_run_is_judged_on_the_rows_it_was_judged_on(train_pair, tmp_pa
     judged = Trainer(target, made, _tcfg(max_steps=0), TAPS, log=lambda m: None)
     assert judged.cfg.eval_data == judges[0]
     assert rows[0]["tau"] == pytest.approx(res.untrained.tau)
+
+
+def test_an_interrupted_run_says_it_saved_and_resumes_there(train_pair, tmp_path):
+    """Ctrl-C (or kill: the CLI turns SIGTERM into the same) mid-run saves the state and the
+    checkpoint, says so in one line, and the same run goes on from that step."""
+    _, target, data = train_pair
+    out = str(tmp_path / "stopped")
+    _run(target, data, out, [], max_steps=0, max_tokens=800)
+    logs: list[str] = []
+    tr = Trainer(target, out, _tcfg(max_steps=20, eval_every=1000), TAPS, log=logs.append)
+
+    def stop_at_3(rec: dict) -> None:
+        if rec["step"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tr.run(stop_at_3)
+    said = [m for m in logs if m.startswith("interrupted at step 3 ")]
+    assert len(said) == 1 and "the same command resumes" in said[0]
+    assert os.path.isfile(os.path.join(out, "checkpoint", "model.safetensors"))
+    again = Trainer(target, out, _tcfg(max_steps=5, eval_every=1000), TAPS, log=logs.append)
+    assert again.step == 3
+    assert again.run().steps == 5
+    assert not any(m.startswith("interrupted at step 5") for m in logs)

@@ -1008,6 +1008,7 @@ class Trainer:
             len(self.train_data.windows)
         )
         batches = self.train_data.batches(order)
+        interrupted = False
         try:
             while True:
                 epoch = self.epoch + self.cursor / max(len(batches), 1)
@@ -1064,6 +1065,9 @@ class Trainer:
                     self.save()
                     self.export()
                     t_saved = time.perf_counter()
+        except KeyboardInterrupt:  # Ctrl-C or kill (the CLI turns SIGTERM into this)
+            interrupted = True
+            raise
         finally:  # an interrupted run keeps what it learned
             self.save()
             ckpt = self.export()
@@ -1071,6 +1075,11 @@ class Trainer:
                 self.export_speculators()
             except (OSError, LocalspecError) as exc:  # the run and DIR/checkpoint stand
                 self.log(f"could not write {self.folder}/speculators: {exc}")
+            if interrupted:
+                self.log(
+                    f"interrupted at step {self.step} ({self.positions} positions seen): "
+                    f"saved {self.state_path} and {ckpt}; the same command resumes"
+                )
         final = self.evaluate()
         if self.step != self._last_curve_step():  # the run's end is a point of its curve too
             self._record_curve(final, self.epoch + self.cursor / max(len(batches), 1))

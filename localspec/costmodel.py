@@ -37,7 +37,13 @@ TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
 REPLAN_EVERY = 16  # steps after which new evidence is searched again, however little
-REPLAN_LATEST = 64  # steps after which the search is repeated in any case
+REPLAN_LATEST = 64  # steps after which the search is repeated in any case (while fed)
+# asleep (no drafts, so no new evidence), the plan changes only when plain decoding's cost
+# moves or the old evidence fades: it is searched again once the first-position evidence
+# faded by this share (half: a HALF_LIFE of tokens). A search costs about a GPU's plain step:
+# repeated every REPLAN_LATEST steps, it cost auto with a useless drafter 1-2% of plain
+# decoding's speed on the H200.
+ASLEEP_FADE = 0.5
 REFRESH_T1 = 32  # drafting steps after which plain steps measure t(1) again (two: see observe)
 UCB_Z = 1.5  # optimism of the exploration bound
 # prior rank distribution at the first draft position (then each depth borrows the one above)
@@ -101,6 +107,8 @@ class VerifyCurve:
         self._shape_version = 0  # bumped when a size's shape t(n)/t(1) moved
         self._table_key = (-1, -1)
         self._table = np.zeros(0)
+        self._mono_key = -1
+        self._mono: dict[int, float] = {}
 
     @property
     def max_measured(self) -> int:
@@ -109,24 +117,38 @@ class VerifyCurve:
     def __call__(self, n: int) -> float:
         return self.base.value * self._ratio(n)
 
+    def _monotone(self) -> dict[int, float]:
+        """Each measured size's shape, never above a larger size's: a decode of more rows
+        never costs less than one of fewer, so a size whose recent decodes came out dearer
+        was hit by noise (on the H200 an inflated t(17) made a 20-row tree look cheaper than
+        a 16-deep chain, and auto drafted trees at 2.3x plain where the chain ran 3.1x)."""
+        if self._mono_key != self._shape_version:
+            low = math.inf
+            for n in reversed(self._sizes):
+                low = self.ratio[n].value if n == 1 else min(low, self.ratio[n].value)
+                self._mono[n] = low
+            self._mono_key = self._shape_version
+        return self._mono
+
     def _ratio(self, n: int) -> float:
-        r = self.ratio.get(n)
+        m = self._monotone()
+        r = m.get(n)
         if r is not None:
-            return r.value
+            return r
         s = self._sizes
         if n <= s[0]:
-            return self.ratio[s[0]].value * max(n, 0) / s[0]
+            return m[s[0]] * max(n, 0) / s[0]
         if n > s[-1]:  # a guess for what was never measured: the steeper of two slopes
             if len(s) == 1:
                 return float(n)
             a, b = s[-2], s[-1]
-            last = (self.ratio[b].value - self.ratio[a].value) / (b - a)
-            mean = (self.ratio[b].value - 1.0) / (b - 1)
-            return self.ratio[b].value + max(last, mean, 0.0) * (n - b)
+            last = (m[b] - m[a]) / (b - a)
+            mean = (m[b] - 1.0) / (b - 1)
+            return m[b] + max(last, mean, 0.0) * (n - b)
         i = int(np.searchsorted(s, n))
         a, b = s[i - 1], s[i]
         w = (n - a) / (b - a)
-        return (1 - w) * self.ratio[a].value + w * self.ratio[b].value
+        return (1 - w) * m[a] + w * m[b]
 
     def observe(self, n: int, seconds: float) -> None:
         """One measured decode of n rows. t(1) learns only from one-row decodes and each size's
@@ -437,6 +459,8 @@ class CostModel:
         self.hopeless = False
         self._plan_version: tuple[int, int] = (-1, -1)
         self._plan_seen = 0.0  # first-position drafts behind the last search (faded)
+        self._plan_plain = 0.0  # plain decoding's cost at the last search
+        self._probe_bar = math.inf  # hopeless: the bound at which a probe would pay
         self._costs_version = 0  # bumped when a measured cost moved: plans are made again
         self._steps_since_plan = 0
         self._steps_since_t1 = 0  # steps since a settled one-row decode was measured
@@ -516,7 +540,8 @@ class CostModel:
         wake it). The search (about a millisecond) is repeated when a cost moved, when the
         first-position evidence grew by a quarter since the last one, after REPLAN_EVERY
         steps with new evidence, or after REPLAN_LATEST steps (evidence fades with the
-        tokens: a probe may come due); in between the last plan is reused."""
+        tokens: a probe may come due); asleep, once the evidence faded by ASLEEP_FADE. In
+        between the last plan is reused."""
         self._steps_since_plan += 1
         seen = float(self.acceptance.counts[0].sum())
         grown = seen - self._plan_seen >= max(1.0, 0.25 * self._plan_seen)
@@ -524,7 +549,16 @@ class CostModel:
             grown or self._steps_since_plan >= REPLAN_EVERY
         )
         moved = self._costs_version != self._plan_version[1]
-        if self._plan is None or due or moved or self._steps_since_plan >= REPLAN_LATEST:
+        if fed:
+            late = self._steps_since_plan >= REPLAN_LATEST
+        else:
+            late = self._plan_seen - seen >= max(1e-9, ASLEEP_FADE * self._plan_seen) or (
+                self.hopeless and self.acceptance.first_rank0_bound() >= self._probe_bar
+            )
+            # asleep, only plain decoding's cost is measured: the plan changes when it moved
+            # since the search (a median flipping to and fro on a noisy machine does not)
+            moved = moved and abs(self.step_time(None) - self._plan_plain) > 0.1 * self._plan_plain
+        if self._plan is None or due or moved or late:
             self._replan()
         plan = self._plan
         assert plan is not None
@@ -550,6 +584,7 @@ class CostModel:
         self._steps_since_plan = 0
         self._plan_version = (self.acceptance.version, self._costs_version)
         self._plan_seen = float(self.acceptance.counts[0].sum())
+        self._plan_plain = self.step_time(None)
         budget = MAX_DEPTH
         p = self.acceptance.probabilities()
         plan = self._search(p, budget, TOP_KS)
@@ -563,9 +598,28 @@ class CostModel:
                 plan = Plan(hopeful.shape, hopeful.tokens, hopeful.seconds, explore=True)
             else:
                 self.hopeless = True
+                self._probe_bar = self._probe_threshold(bound, budget)
         self._plan = self._searched = plan
         self.searches += 1
         self.search_s += perf_counter() - t0
+
+    def _probe_threshold(self, bound: float, budget: int) -> float:
+        """The optimistic first-position acceptance above which a probe chain would pay at
+        today's costs (inf: none would): asleep, the bound is checked against it instead of
+        searching again as the evidence fades. Bisection; drafting pays more the likelier
+        the first position is accepted, deeper ones following it through the prior."""
+
+        def pays(b: float) -> bool:
+            p = self.acceptance.probabilities(b)
+            return self._search(p, budget, (1,)).shape is not None
+
+        if not pays(1.0):
+            return math.inf
+        lo, hi = bound, 1.0
+        while hi - lo > 0.01:  # a probe a few tokens late costs nothing
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if pays(mid) else (mid, hi)
+        return hi
 
     def explain(self) -> Verdict | None:
         """Why auto runs what it runs now (None before its first plan)."""
@@ -647,7 +701,9 @@ class CostModel:
                 expected = self.verify(1) if fed else self.t1_off.value
                 self.switch.update(max(t_verify - expected, 0.0))
         elif settled:
-            self._observe_costs(shape, verify_rows, t_verify, t_flush, t_draft, t_glue, fed)
+            self._observe_costs(
+                shape, verify_rows, t_verify, t_flush, t_draft, t_glue, fed, verify_rows == prev
+            )
         for depth, rank in ranks:
             self.acceptance.observe(depth, rank)
         self.acceptance.advance(emitted)
@@ -661,11 +717,15 @@ class CostModel:
         t_draft: float,
         t_glue: float | None,
         fed: bool,
+        same_size: bool,
     ) -> None:
         before = self.verify(rows), self.step_time(None)
         # the curve is the verify cost with the taps on, as drafting runs it: an unfed
-        # one-row decode prices plain decoding alone
-        if fed or rows > 1:
+        # one-row decode prices plain decoding alone. A bigger decode right after one of
+        # another size pays for llama.cpp building its graph again too: it teaches its size
+        # only if that size was never measured (auto prices a shape as it runs repeated,
+        # and a shape run now and then was priced dear for good)
+        if (fed or rows > 1) and (rows == 1 or same_size or rows not in self.verify.ratio):
             self.verify.observe(rows, t_verify)
         if shape is None and rows == 1 and t_glue is not None:
             # the whole step, the drafter's feed with it

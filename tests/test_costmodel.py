@@ -74,6 +74,63 @@ def test_an_agreeing_drafter_on_the_h200s_curve_drafts_sixteen_deep() -> None:
     assert plan.tokens > 15
 
 
+def test_asleep_a_hopeless_plan_is_searched_again_only_when_a_probe_would_pay() -> None:
+    """A drafter asleep learns nothing new: its old evidence fades until the optimistic bound
+    says a probe might pay. Searching for that every 64 steps cost auto 2-4% of plain
+    decoding's speed on the H200 (a search is about a plain step there); the bound is checked
+    against the threshold instead, and the probe comes within a few dozen tokens of when
+    searching at every step finds it, after a handful of searches in thousands of steps."""
+    times = {n: 1.7e-3 * r for n, r in H200_15B.items()}
+    m = cm.CostModel(cm.VerifyCurve(times), {k: 0.22e-3 * k for k in cm.TOP_KS}, flush=0.3e-3)
+    for _ in range(200):  # its drafts were never accepted
+        m.acceptance.observe(0, cm.N_RANKS)
+    assert m.plan(budget=100, fed=False).shape is None and m.hopeless
+    searched = m.searches
+    found: dict[str, int] = {}  # the first step each way finds a probe
+    for step in range(5000):
+        m.acceptance.advance(1)
+        if m.plan(budget=100, fed=False).explore:
+            found.setdefault("gated", step)
+        bound = m.acceptance.first_rank0_bound()
+        if m._search(m.acceptance.probabilities(bound), cm.MAX_DEPTH, (1,)).shape is not None:
+            found.setdefault("every step", step)
+        if "gated" in found:
+            break
+    assert 1000 < found["every step"] <= found["gated"] <= found["every step"] + 64, found
+    assert m.searches - searched <= 8, m.searches - searched
+
+
+def test_a_shape_met_after_another_size_or_dearer_than_a_bigger_one_is_not_priced_by_it() -> None:
+    """On the H200 (1.5B shape) auto's chain-16 verifies came mostly right after other sizes,
+    when llama.cpp builds its graph again: t(17) was learnt at 7.65 ms against 5.4 ms repeated,
+    above the interpolated t(20), and auto drafted 20-row trees at 2.3x plain where the fixed
+    chain ran 3.1x. Such decodes do not teach a size already measured, and a size priced above
+    a bigger one is priced as the bigger one."""
+    ratios = H200_15B | {17: 1.8, 20: 1.85}  # calibration times sizes 17 and 20 too
+    times = {n: 1.7e-3 * r for n, r in ratios.items()}
+    m = cm.CostModel(cm.VerifyCurve(times), {k: 0.25e-3 * (1 + 0.1 * k) for k in cm.TOP_KS},
+                     flush=1.2e-3)  # fmt: skip
+    feed(m, [0.97, 0.01, 0.0, 0.02], n=30)
+    chain, tree = cm.TreeShape(16, 1, 16), cm.TreeShape(16, 2, 19)
+    assert m.plan(budget=100).shape == chain
+    t17 = m.verify(17)
+    steps = ((tree, 20, m.verify(20), 7.8e-3), (chain, 17, 7.65e-3, 4.8e-3))
+    for _ in range(8):  # a tree, then the chain right after it (drafting costs as measured)
+        for shape, rows, t, draft in steps:
+            m.observe(shape, verify_rows=rows, t_verify=t, t_flush=1.2e-3, t_draft=draft,
+                      t_glue=0.4e-3, ranks=[], emitted=10)  # fmt: skip
+    assert m.verify(17) == pytest.approx(t17)
+    m._plan = None
+    assert m.plan(budget=100).shape == chain
+    for _ in range(8):  # repeated chains as dear: noise that outlasts the median
+        m.observe(chain, verify_rows=17, t_verify=7.65e-3, t_flush=1.2e-3, t_draft=4.8e-3,
+                  t_glue=0.4e-3, ranks=[], emitted=10)  # fmt: skip
+    assert m.verify(17) <= m.verify(20) <= m.verify(24)
+    m._plan = None
+    plan = m.plan(budget=100).shape
+    assert plan is not None and plan.is_chain and plan.depth >= 15, plan
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_expected_gains_is_expected_lengths_for_every_depth_and_budget(seed: int) -> None:
     """Cell by cell (pruned candidates included): the best n nodes of a tree drafted D deep,

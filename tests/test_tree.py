@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import localspec
+from localspec.eagle_source import _top
 from localspec.errors import InvalidParameterError
 from localspec.generation import Generation
 from localspec.lowlevel import parts
@@ -192,3 +193,39 @@ def test_trees_in_a_small_batch_park_gap_cells_in_a_sequence_that_exists(models)
             tokens += ev.tokens
         assert max(gaps) > 0  # rejected nodes between accepted ones were parked
         replay_plain_greedy(eng, eng.tokenize("the quick brown fox"), tokens, margin=F32_MARGIN)
+
+
+class _Vocab:
+    """What _top asks of a drafter: which target ids it can propose (None: all)."""
+
+    def __init__(self, ids: np.ndarray | None) -> None:
+        self.ids = ids
+
+    def draft_ids(self, logits: np.ndarray) -> np.ndarray | None:
+        return self.ids
+
+
+@pytest.mark.parametrize("reduced", [False, True], ids=["full vocab", "d2t vocab"])
+def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_alone(
+    reduced,
+) -> None:
+    """The k best candidates of each frontier row (k passes of argmax, masking in place) are
+    those of a full stable sort, log-probabilities by a float64 log-softmax, ties to the lower
+    id, and the logits (a view of llama.cpp's buffer) are as they were."""
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal((4, 3000)) * 3).astype(np.float32)
+    logits[1, [5, 9, 2000]] = logits[1].max() + 1.0  # a three-way tie at the top
+    ids = np.sort(rng.choice(3000, 1000, replace=False)) if reduced else None
+    if reduced:  # the tie lies inside the draft vocabulary
+        ids = np.union1d(ids, [5, 9, 2000])
+    before = logits.copy()
+    tok, lp = _top(_Vocab(ids), logits, 8)  # type: ignore[arg-type]
+    assert np.array_equal(logits, before)
+    sub = logits[:, ids] if reduced else logits
+    order = np.argsort(-sub, axis=-1, kind="stable")[:, :8]
+    want = ids[order] if reduced else order
+    assert np.array_equal(tok, want)
+    s64 = sub.astype(np.float64)
+    lse = np.log(np.exp(s64 - s64.max(-1, keepdims=True)).sum(-1)) + s64.max(-1)
+    assert np.allclose(lp, np.take_along_axis(s64, order, -1) - lse[:, None], atol=1e-5)
+    assert list(tok[1, :3]) == [5, 9, 2000]

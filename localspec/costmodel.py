@@ -38,11 +38,11 @@ HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
 REPLAN_EVERY = 16  # steps after which new evidence is searched again, however little
 REPLAN_LATEST = 64  # steps after which the search is repeated in any case (while fed)
-# asleep (no drafts, so no new evidence), the plan changes only when plain decoding's cost
-# moves or the old evidence fades: it is searched again once the first-position evidence
-# faded by this share (half: a HALF_LIFE of tokens). A search costs about a GPU's plain step:
-# repeated every REPLAN_LATEST steps, it cost auto with a useless drafter 1-2% of plain
-# decoding's speed on the H200.
+# asleep (no drafts, so no new evidence), the plan changes only when a cost moves or the old
+# evidence fades: it is searched again once the first-position evidence faded by this share
+# (half: a HALF_LIFE of tokens). A search costs about a GPU's plain step: repeated every
+# REPLAN_LATEST steps, it cost auto with a useless drafter 1.3% of plain decoding's speed on
+# the H200's 1.5B shape.
 ASLEEP_FADE = 0.5
 REFRESH_T1 = 32  # drafting steps after which plain steps measure t(1) again (two: see observe)
 UCB_Z = 1.5  # optimism of the exploration bound
@@ -118,15 +118,20 @@ class VerifyCurve:
         return self.base.value * self._ratio(n)
 
     def _monotone(self) -> dict[int, float]:
-        """Each measured size's shape, never above a larger size's: a decode of more rows
-        never costs less than one of fewer, so a size whose recent decodes came out dearer
-        was hit by noise (on the H200 an inflated t(17) made a 20-row tree look cheaper than
-        a 16-deep chain, and auto drafted trees at 2.3x plain where the chain ran 3.1x)."""
+        """Each measured size's shape, never above a larger size's: a size whose recent
+        decodes came out dearer than a bigger one's is taken as hit by noise (on the H200 an
+        inflated t(17) made a 20-row tree look cheaper than a 16-deep chain, and auto drafted
+        trees at 2.3x plain where the chain ran 3.1x). Where a GPU's kernels really make a
+        small batch dearer (run 4 timed t(3) and t(4) above t(5)), the small one is priced as
+        the bigger: a deeper draft at that price is the better plan anyway."""
         if self._mono_key != self._shape_version:
             low = math.inf
             for n in reversed(self._sizes):
-                low = self.ratio[n].value if n == 1 else min(low, self.ratio[n].value)
-                self._mono[n] = low
+                if n == 1:  # t(1) is the base, measured most often: never capped
+                    self._mono[n] = self.ratio[n].value
+                else:
+                    low = min(low, self.ratio[n].value)
+                    self._mono[n] = low
             self._mono_key = self._shape_version
         return self._mono
 
@@ -462,6 +467,8 @@ class CostModel:
         self._plan_plain = 0.0  # plain decoding's cost at the last search
         self._probe_bar = math.inf  # hopeless: the bound at which a probe would pay
         self._costs_version = 0  # bumped when a measured cost moved: plans are made again
+        self._verify_version = 0  # ... when the verify curve did (asleep, plain's is compared)
+        self._plan_verify = 0  # _verify_version at the last search
         self._steps_since_plan = 0
         self._steps_since_t1 = 0  # steps since a settled one-row decode was measured
         self._last_rows = 1  # the previous step's verify rows
@@ -540,8 +547,11 @@ class CostModel:
         wake it). The search (about a millisecond) is repeated when a cost moved, when the
         first-position evidence grew by a quarter since the last one, after REPLAN_EVERY
         steps with new evidence, or after REPLAN_LATEST steps (evidence fades with the
-        tokens: a probe may come due); asleep, once the evidence faded by ASLEEP_FADE. In
-        between the last plan is reused."""
+        tokens: a probe may come due). Asleep, nothing new is learnt of acceptance: it is
+        repeated when the verify curve moved, when plain decoding's cost is 10% off what the
+        last search used, when the evidence faded by ASLEEP_FADE, or when the optimistic
+        bound reached the threshold at which a probe pays. In between the last plan is
+        reused."""
         self._steps_since_plan += 1
         seen = float(self.acceptance.counts[0].sum())
         grown = seen - self._plan_seen >= max(1.0, 0.25 * self._plan_seen)
@@ -555,9 +565,10 @@ class CostModel:
             late = self._plan_seen - seen >= max(1e-9, ASLEEP_FADE * self._plan_seen) or (
                 self.hopeless and self.acceptance.first_rank0_bound() >= self._probe_bar
             )
-            # asleep, only plain decoding's cost is measured: the plan changes when it moved
-            # since the search (a median flipping to and fro on a noisy machine does not)
-            moved = moved and abs(self.step_time(None) - self._plan_plain) > 0.1 * self._plan_plain
+            # plain decoding's cost against the search's: a slow drift counts, a median
+            # flipping to and fro on a noisy machine does not
+            drift = abs(self.step_time(None) - self._plan_plain) > 0.1 * self._plan_plain
+            moved = drift or self._verify_version != self._plan_verify
         if self._plan is None or due or moved or late:
             self._replan()
         plan = self._plan
@@ -575,6 +586,11 @@ class CostModel:
             return clipped if clipped.tokens_per_s > plain.tokens_per_s else plain
         return plan
 
+    def new_call(self) -> None:
+        """A call begins: its first decode follows the prompt's (or another mode's), whose
+        size the model did not see, so it counts as coming after another size."""
+        self._last_rows = 0
+
     def skip(self) -> None:
         """A step that reused an earlier plan without asking for one (auto's quiet steps)."""
         self._steps_since_plan += 1
@@ -585,6 +601,7 @@ class CostModel:
         self._plan_version = (self.acceptance.version, self._costs_version)
         self._plan_seen = float(self.acceptance.counts[0].sum())
         self._plan_plain = self.step_time(None)
+        self._plan_verify = self._verify_version
         budget = MAX_DEPTH
         p = self.acceptance.probabilities()
         plan = self._search(p, budget, TOP_KS)
@@ -723,8 +740,8 @@ class CostModel:
         # the curve is the verify cost with the taps on, as drafting runs it: an unfed
         # one-row decode prices plain decoding alone. A bigger decode right after one of
         # another size pays for llama.cpp building its graph again too: it teaches its size
-        # only if that size was never measured (auto prices a shape as it runs repeated,
-        # and a shape run now and then was priced dear for good)
+        # only if that size was never measured, so auto prices a shape as it runs repeated
+        # (learning from such decodes had priced a shape that ran now and then dear for good)
         if (fed or rows > 1) and (rows == 1 or same_size or rows not in self.verify.ratio):
             self.verify.observe(rows, t_verify)
         if shape is None and rows == 1 and t_glue is not None:
@@ -746,3 +763,5 @@ class CostModel:
         after = self.verify(rows), self.step_time(None)
         if any(abs(a - b) > 0.1 * b for a, b in zip(after, before, strict=True)):
             self._costs_version += 1
+        if abs(after[0] - before[0]) > 0.1 * before[0]:
+            self._verify_version += 1

@@ -108,7 +108,8 @@ def _best_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices and values of each row's k largest entries, best first (ties: the lower
     index). k passes of argmax, each best masked for the next pass and restored at the end:
     for k <= 8 over a 49k vocabulary 6-12 times faster than argpartition, which was most of
-    a tree's host time."""
+    a tree's host time. A row with fewer than k finite entries repeats index 0 at -inf
+    (a reduced draft vocabulary's -inf columns are gathered away before)."""
     n = rows.shape[0]
     at = np.arange(n)
     idx = np.empty((n, k), dtype=np.int64)

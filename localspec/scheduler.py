@@ -151,6 +151,8 @@ class Scheduler:
         Fixed modes leave auto's state alone."""
         self.mode = mode
         self._quiet = 0
+        if self.cost is not None:
+            self.cost.new_call()
         if mode.kind != "auto":
             return
         if EAGLE not in mode.sources or not self.has_drafter:

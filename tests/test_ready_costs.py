@@ -261,9 +261,9 @@ def test_auto_with_a_useless_drafter_runs_at_plains_speed_where_verifying_is_fla
             if mode == "auto":
                 # asleep, the plan is searched again only as old evidence fades or plain
                 # decoding's cost moves: a search costs about a GPU's plain step in host time
-                # (which this clock does not count), and one every 64 steps cost auto 2-4% of
+                # (which this clock does not count), and one every 64 steps cost auto 1.3% of
                 # plain's speed on the H200
-                assert cost.searches - searched <= 2, cost.searches - searched
+                assert cost.searches - searched <= 3, cost.searches - searched
             per_token[mode] = (clock.t - t0) / c.stats.generated
             assert_greedy_lossless(eng, "abcdefgh", c)
         assert per_token["auto"] <= 1.01 * per_token["plain"], per_token

@@ -229,3 +229,7 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     lse = np.log(np.exp(s64 - s64.max(-1, keepdims=True)).sum(-1)) + s64.max(-1)
     assert np.allclose(lp, np.take_along_axis(s64, order, -1) - lse[:, None], atol=1e-5)
     assert list(tok[1, :3]) == [5, 9, 2000]
+    frozen = before.copy()
+    frozen.flags.writeable = False  # a buffer it may not mask in place: it works on a copy
+    tok2, lp2 = _top(_Vocab(None), frozen, 8)  # type: ignore[arg-type]
+    assert np.array_equal(tok2, np.argsort(-before, axis=-1, kind="stable")[:, :8])

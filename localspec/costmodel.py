@@ -633,7 +633,9 @@ class CostModel:
         if not pays(1.0):
             return math.inf
         lo, hi = bound, 1.0
-        while hi - lo > 0.01:  # a probe a few tokens late costs nothing
+        # finer than the bound grows in one fade of the evidence (16 tokens: 0.005 late in a
+        # never-accepted drafter's sleep on the H200's curve), so the probe is not delayed
+        while hi - lo > 0.002:
             mid = 0.5 * (lo + hi)
             lo, hi = (lo, mid) if pays(mid) else (mid, hi)
         return hi

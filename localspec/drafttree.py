@@ -21,27 +21,17 @@ RANKS = MAX_TOP_K  # ranks 0..7 are told apart; RANKS means "not among the draft
 class Scores:
     """What a model source's distribution at one node said, to tell where the target's token
     ranked among its candidates: the number of candidates scoring above it, capped at RANKS.
-    Held as the logits row (chains: counting is cheaper than sorting) or as the best-first
-    candidate ids (trees, which sort anyway to expand)."""
+    Held as the node's logits row (a copy): counting at verify is cheaper than sorting for
+    every node drafted, and chains and trees then rank alike."""
 
-    __slots__ = ("_logits", "_top", "_index")
+    __slots__ = ("_logits", "_index")
 
-    def __init__(
-        self,
-        *,
-        logits: np.ndarray | None = None,
-        top: np.ndarray | None = None,
-        index: np.ndarray | None = None,
-    ):
+    def __init__(self, logits: np.ndarray, index: np.ndarray | None = None):
         """index: target id -> position in logits (-1: absent), where logits holds a draft
         vocabulary's entries alone; None: logits is indexed by target id."""
-        self._logits, self._top, self._index = logits, top, index
+        self._logits, self._index = logits, index
 
     def rank(self, token: int) -> int:
-        if self._top is not None:
-            hit = np.flatnonzero(self._top[:RANKS] == token)
-            return int(hit[0]) if hit.size else RANKS
-        assert self._logits is not None
         j = token if self._index is None else int(self._index[token])
         if j < 0:  # the drafter cannot propose it
             return RANKS

@@ -19,7 +19,7 @@ import numpy as np
 from .drafter import Drafter
 from .drafttree import EAGLE, DraftTree, Scores
 from .sampling import SamplingParams, probs, sample
-from .tree import MAX_TOP_K, TreeShape
+from .tree import TreeShape
 
 
 class EagleSource:
@@ -81,7 +81,7 @@ class EagleSource:
                 tok = sample(q, rng)
             node = tree.add(tok, j - 1, EAGLE)
             if ranks:
-                tree.scores[j - 1] = Scores(logits=sub, index=d.draft_index)
+                tree.scores[j - 1] = Scores(sub, d.draft_index)
             if q is not None:
                 tree.q[node] = q
             if j < k - 1:
@@ -90,26 +90,25 @@ class EagleSource:
         return tree
 
 
-def _top(drafter: Drafter, logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best target token ids of drafter logit rows, best first, and their
-    log-probabilities."""
+def _top(drafter: Drafter, logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The k best target token ids of drafter logit rows, best first, their
+    log-probabilities, and the rows' draft-vocabulary logits (a copy: the nodes' rank
+    statistics read them after the next decode has overwritten llama.cpp's buffer)."""
     ids = drafter.draft_ids(logits)
-    sub = np.take(logits, ids, axis=-1) if ids is not None else logits
-    if not sub.flags.writeable:
-        sub = sub.copy()
+    sub = np.take(logits, ids, axis=-1) if ids is not None else np.array(logits)
     part, top = _best_k(sub, k)
     m = top[:, :1]
     lse = m + np.log(np.exp(sub - m).sum(axis=-1, keepdims=True))
     tok = ids[part] if ids is not None else part
-    return tok, top - lse
+    return tok, top - lse, sub
 
 
 def _best_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices and values of each row's k largest entries, best first (ties: the lower
     index). k passes of argmax, each best masked for the next pass and restored at the end:
-    for k <= 8 over a 49k vocabulary 6-12 times faster than argpartition, which was most of
-    a tree's host time. A row with fewer than k finite entries repeats index 0 at -inf
-    (a reduced draft vocabulary's -inf columns are gathered away before)."""
+    for k <= 8 over a 49k vocabulary 6-12 times faster than argpartition. A row with fewer
+    than k finite entries repeats index 0 at -inf (a reduced draft vocabulary's -inf columns
+    are gathered away before)."""
     n = rows.shape[0]
     at = np.arange(n)
     idx = np.empty((n, k), dtype=np.int64)
@@ -123,7 +122,7 @@ def _best_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
             rows[at, a] = -np.inf
             done += 1
     finally:
-        for j in range(done - 1, -1, -1):  # put back what was masked (the logits are a view)
+        for j in range(done - 1, -1, -1):  # put back what was masked: ranks read the rows
             rows[at, idx[:, j]] = val[:, j]
     return idx, val
 
@@ -134,12 +133,11 @@ def _draft_tree(
     """A dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...)."""
     k = shape.top_k
     logits, h_root = start
-    # every expanded node keeps its MAX_TOP_K best candidates, whatever k: the cost model's
-    # rank buckets (Scores.rank: MAX_TOP_K means "not among them") must mean the same for all
-    # shapes
-    n_keep_stats = MAX_TOP_K
-    tok, lp = _top(drafter, logits[None, :], n_keep_stats)
-    expanded: dict[int, np.ndarray] = {-1: tok[0]}
+    # every expanded node keeps its draft-vocabulary logits: its rank statistics count, as a
+    # chain's do, so the cost model's rank buckets mean the same for every shape, and only k
+    # best candidates are searched for
+    tok, lp, sub = _top(drafter, logits[None, :], k)
+    expanded: dict[int, np.ndarray] = {-1: sub[0]}
     # candidates: (cumulative logp, depth, parent candidate index, token)
     cand_lp: list[float] = list(lp[0, :k])
     cand_depth: list[int] = [1] * k
@@ -158,11 +156,11 @@ def _draft_tree(
             seq_of[c] = bank[j]
         toks = [cand_tok[c] for c in frontier]
         rows_logits, rows_h = drafter.decode_frontier(toks, states, pos + d - 1, bank[: len(toks)])
-        tok, lp = _top(drafter, rows_logits, n_keep_stats)
+        tok, lp, sub = _top(drafter, rows_logits, k)
         for j, c in enumerate(frontier):
-            expanded[c] = tok[j]
+            expanded[c] = sub[j]
         # k*k children scored by cumulative log-probability; the best k form the next frontier
-        child_lp = (np.array([cand_lp[c] for c in frontier])[:, None] + lp[:, :k]).ravel()
+        child_lp = (np.array([cand_lp[c] for c in frontier])[:, None] + lp).ravel()
         first = len(cand_lp)
         for j, c in enumerate(frontier):
             for i in range(k):
@@ -172,7 +170,8 @@ def _draft_tree(
                 cand_tok.append(int(tok[j, i]))
         best = np.argsort(-child_lp, kind="stable")[:k]
         frontier = [first + int(b) for b in best]
-        states = np.stack([drafter.feedback(rows_h[int(b) // k]) for b in best])
+        for i, b in enumerate(best):  # in place: the batch holds a copy of the last level's
+            drafter.feedback(rows_h[int(b) // k], out=states[i])
     drafter.drop_branches([*banks[0], *banks[1]])
 
     # rerank: the best `budget` candidates (ties: shallower first), then rows in depth-first
@@ -196,8 +195,9 @@ def _draft_tree(
         tree.parents.append(row_of[p] if p >= 0 else -1)
         tree.depths.append(cand_depth[c])
         tree.sources.append({EAGLE})
+    index = drafter.draft_index
     tree.scores = {
-        (row_of[c] if c >= 0 else -1): Scores(top=v)
+        (row_of[c] if c >= 0 else -1): Scores(v, index)
         for c, v in expanded.items()
         if c < 0 or c in row_of
     }

@@ -102,6 +102,27 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     eng.reset()
 
 
+def test_tree_nodes_rank_their_own_children_first(engines) -> None:
+    """Each expanded node's kept logits are its own, unmasked: the children drafted under a
+    node rank 0, 1, ... there, in the tree's (better first) order, as a chain's picks do."""
+    eng = engines["eagle3"]
+    shape = TreeShape(4, 3, 14)
+    gen = Generation(
+        parts(eng), eng.tokenize("Once upon a time"), lock=lambda g: contextlib.nullcontext(),
+        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+        seed=0, stops=[], mode=Mode("tree", shape),
+    )  # fmt: skip
+    gen.prefill()
+    tree = parts(eng).state.draft(DraftRequest(shape), np.random.default_rng(0))
+    checked = 0
+    for node, kids in tree.children().items():
+        ranks = [tree.scores[node].rank(t) for t in kids]  # dicts keep the tree's order
+        assert ranks == list(range(len(kids))), (node, ranks)
+        checked += len(kids)
+    assert checked == len(tree) == 14
+    eng.reset()
+
+
 def test_tree_shapes_that_cannot_run_are_refused(models) -> None:
     with pytest.raises(InvalidParameterError, match="depth"):
         TreeShape(0, 2, 4)
@@ -211,7 +232,8 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
 ) -> None:
     """The k best candidates of each frontier row (k passes of argmax, masking in place) are
     those of a full stable sort, log-probabilities by a float64 log-softmax, ties to the lower
-    id, and the logits (a view of llama.cpp's buffer) are as they were."""
+    id; the logits (a view of llama.cpp's buffer) are as they were, and the rows kept for the
+    nodes' rank statistics are the draft vocabulary's logits, unmasked."""
     rng = np.random.default_rng(7)
     logits = (rng.standard_normal((4, 3000)) * 3).astype(np.float32)
     logits[1, [5, 9, 2000]] = logits[1].max() + 1.0  # a three-way tie at the top
@@ -219,9 +241,10 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     if reduced:  # the tie lies inside the draft vocabulary
         ids = np.union1d(ids, [5, 9, 2000])
     before = logits.copy()
-    tok, lp = _top(_Vocab(ids), logits, 8)  # type: ignore[arg-type]
+    tok, lp, kept = _top(_Vocab(ids), logits, 8)  # type: ignore[arg-type]
     assert np.array_equal(logits, before)
     sub = logits[:, ids] if reduced else logits
+    assert np.array_equal(kept, sub) and not np.shares_memory(kept, logits)
     order = np.argsort(-sub, axis=-1, kind="stable")[:, :8]
     want = ids[order] if reduced else order
     assert np.array_equal(tok, want)
@@ -231,5 +254,5 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     assert list(tok[1, :3]) == [5, 9, 2000]
     frozen = before.copy()
     frozen.flags.writeable = False  # a buffer it may not mask in place: it works on a copy
-    tok2, lp2 = _top(_Vocab(None), frozen, 8)  # type: ignore[arg-type]
+    tok2, _, _ = _top(_Vocab(None), frozen, 8)  # type: ignore[arg-type]
     assert np.array_equal(tok2, np.argsort(-before, axis=-1, kind="stable")[:, :8])

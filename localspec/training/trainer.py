@@ -810,8 +810,9 @@ class Trainer:
         self.parent_positions = (resume or parent or {}).get("parent_positions", 0)
         if parent is not None:
             self.parent_positions += parent["positions"]
-        if resume is not None or parent is not None:
-            self.draft_ids = (resume or parent)["draft_ids"]
+        state = resume if resume is not None else parent
+        if state is not None:
+            self.draft_ids = state["draft_ids"]
         else:
             self.draft_ids = choose_draft_vocab(self.train_seqs, cfg.draft_vocab, self.info.n_vocab)
         self.t2d_map = np.full(self.info.n_vocab, -1, np.int64)

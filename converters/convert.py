@@ -91,6 +91,12 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, out // n_head // 2, inp).swapaxes(1, 2).reshape(out, inp)
 
 
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """permute_qk undone: llama.cpp's interleaved RoPE rows -> Hugging Face rotate-half."""
+    out, inp = w.shape
+    return w.reshape(n_head, out // n_head // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
+
+
 def _np(t: Any) -> np.ndarray:
     import torch
 

@@ -358,8 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--init-from",
         metavar="RUN",
-        help="start from the drafter of another run (its folder or state.pt) and go on "
-        "training it on this run's data: the same target, taps and variant",
+        help="start from the drafter of another run (its folder or state.pt) or a drafter "
+        "GGUF (the shipped one, say) and go on training it on this run's data: the same "
+        "target, taps and variant",
     )
     tr.add_argument("--taps", help="three comma-separated layer ids (default 2, L/2, L-3)")
     tr.add_argument("--max-tokens", type=int, default=400_000, help="positions of data to make")

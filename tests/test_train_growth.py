@@ -331,6 +331,45 @@ def test_a_run_goes_on_from_another_runs_drafter(train_pair, tmp_path):
         _run(other, other_data, str(tmp_path / "other"), [], max_steps=0, init_from=parent)
 
 
+def test_a_run_goes_on_from_a_drafter_gguf(train_pair, tmp_path):
+    """--init-from DRAFTER.gguf (the shipped drafter, or any converted one; run folders stay on
+    the machine that made them): the trainer's drafter computes what the parent run's did,
+    from the GGUF's tensors (q/k rows back to rotate-half, the folded per-tap norms as fc with
+    unit norms), with its draft vocabulary. A GGUF made
+    for another target, or a file that is no drafter, is refused with one clear error."""
+    from localspec.converters.convert import convert
+
+    d, target, data = train_pair
+    parent = str(tmp_path / "parent")
+    _run(target, data, parent, [], max_steps=6)
+    gguf_path = str(tmp_path / "parent.eagle3.gguf")
+    convert(os.path.join(parent, "checkpoint"), target, gguf_path, outtype="f32", log=print)
+    fresh = str(tmp_path / "fresh")  # data, no state of its own
+    _run(target, _prompts(str(tmp_path / "other.jsonl"), 24, seed=7), fresh, [], max_steps=0)
+    os.remove(os.path.join(fresh, "state.pt"))
+    logs: list[str] = []
+    run = Trainer(target, parent, _tcfg(max_steps=0), TAPS, log=logs.append)
+    child = Trainer(target, fresh, _tcfg(max_steps=0, init_from=gguf_path), TAPS, log=logs.append)
+    assert np.array_equal(child.draft_ids, run.draft_ids)
+    assert (child.step, child.positions, child.parent_positions) == (0, 0, 0)
+    assert any("positions seen not recorded" in m for m in logs)
+    a, b = run.model.eval(), child.model.eval()
+    taps = torch.randn(2, 9, 3 * a.c.target_hidden_size) * 3.0
+    nxt = torch.randint(0, a.c.vocab_size, (2, 11))
+    with torch.no_grad():
+        for ha, hb in zip(a.unroll(a.encode(taps), nxt, 3), b.unroll(b.encode(taps), nxt, 3),
+                          strict=True):  # fmt: skip
+            torch.testing.assert_close(b.lm_head(hb), a.lm_head(ha), atol=1e-4, rtol=1e-4)
+
+    deeper = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=4, n_ff=32)
+    other, _ = tm.write_agreeing_pair(d, name="other-gguf", shape=deeper)
+    for init, err in ((gguf_path, "made for a target with layers"), (target, "not an EAGLE-3")):
+        with pytest.raises(LocalspecError, match=err):
+            _run(other if init == gguf_path else target, data, str(tmp_path / "x"), [],
+                 max_steps=0, init_from=init)  # fmt: skip
+        assert not os.path.exists(tmp_path / "x")  # refused before any data was made
+
+
 def test_generated_data_reaches_max_tokens_when_replies_end_early(
     train_pair, tmp_path, monkeypatch
 ):

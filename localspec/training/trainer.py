@@ -35,6 +35,7 @@ from .features import (
     target_identity,
 )
 from .files import atomic_save, draft_vocab_maps, write_checkpoint
+from .gguf_parent import gguf_parent_state, is_gguf
 from .head_loss import fused_head_ce
 
 VARIANTS = ("eagle3.1", "eagle3")
@@ -629,10 +630,14 @@ def _read_state(state_path: str, verb: str) -> dict[str, Any]:
 
 
 def load_parent(cfg: TrainConfig, info: TargetInfo, taps: tuple[int, ...]) -> dict[str, Any]:
-    """The state of the run cfg.init_from names, checked to fit a run of cfg: the same target,
-    taps, variant and draft vocabulary size (its weights are loaded as they are)."""
+    """The state of the run cfg.init_from names (its folder or state file, or a drafter GGUF),
+    checked to fit a run of cfg: the same target, taps, variant and draft vocabulary size (its
+    weights are loaded as they are)."""
     assert cfg.init_from
-    st = read_run_state(cfg.init_from, info)
+    if is_gguf(cfg.init_from):
+        st = gguf_parent_state(cfg.init_from, info)
+    else:
+        st = read_run_state(cfg.init_from, info)
     if tuple(st["taps"]) != tuple(taps):
         raise LocalspecError(
             f"{cfg.init_from} taps layers {list(st['taps'])}, this run {list(taps)}: pass the "
@@ -806,7 +811,8 @@ class Trainer:
         if resume is None and cfg.init_from:
             parent = load_parent(cfg, self.info, self.taps)
             seen = parent["positions"]
-            log(f"starting from the drafter of {cfg.init_from} ({seen} positions seen)")
+            known = f"{seen} positions seen" if seen else "positions seen not recorded"
+            log(f"starting from the drafter of {cfg.init_from} ({known})")
         self.parent_positions = (resume or parent or {}).get("parent_positions", 0)
         if parent is not None:
             self.parent_positions += parent["positions"]

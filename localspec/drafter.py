@@ -363,7 +363,7 @@ class Drafter:
         if ids is None:
             np.copyto(out, logits)
         else:
-            np.take(logits, ids, out=out)
+            np.take(logits, ids, out=out, mode="clip")  # "raise" gathers via a temporary
         return out
 
     def draft_token(self, sub: np.ndarray) -> int:

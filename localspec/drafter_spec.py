@@ -3,6 +3,8 @@ it pairs with a target: every check runs before any native call that could abort
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from . import _native as N
@@ -10,6 +12,24 @@ from . import gguf_keys as K
 from .errors import ModelFileError, PairMismatchError, UnsupportedModelError
 from .header_checks import check_header, typed
 from .target import Target
+
+
+class TargetFacts(Protocol):
+    """What check_record reads of a target: a loaded Target, or its header's record."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def n_embd(self) -> int: ...
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def vocab_fingerprint(self) -> str: ...
+
 
 _NORM_DTYPES = {0: np.float32, 1: np.float16}  # ggml types we accept for norm vectors
 
@@ -81,7 +101,7 @@ class DrafterSpec:
         )
         return w.astype(np.float32)
 
-    def check_record(self, target: Target) -> None:
+    def check_record(self, target: TargetFacts) -> None:
         """The target our converter recorded in the file (architecture, layers, hidden size,
         vocabulary and tokenizer fingerprint) must be this one; files without a record (made by
         llama.cpp's converter) pass and are checked by tokenizer once loaded."""

@@ -27,9 +27,10 @@ class EagleSource:
 
     def __init__(self, drafter: Drafter) -> None:
         self.drafter = drafter
-        # a chain's draft-vocabulary logits per position, reused from step to step (a step's
-        # ranks are read by its own verify walk, before the next draft)
+        # a chain's draft-vocabulary logits per position, and a tree's per level, reused from
+        # step to step (a step's ranks are read by its own verify walk, before the next draft)
         self._rows: list[np.ndarray] = []
+        self._levels: list[np.ndarray] = []
 
     def flush(self) -> tuple[np.ndarray, np.ndarray]:
         """Write the queued pairs: the first draft position's logits and feedback state."""
@@ -46,12 +47,12 @@ class EagleSource:
     ) -> DraftTree:
         """Draft from ``flush``'s start. sampled: draw a chain from the drafter's own
         distribution under these settings (rejection sampling), instead of its best picks.
-        ranks: keep each chain position's logits, to tell where the target's token ranked
-        (trees keep their candidates anyway)."""
+        ranks: keep each position's (a tree's: each expanded node's) logits, to tell where
+        the target's token ranked."""
         if shape.is_chain:
             tree = self._chain(start, shape.depth, sampled, rng, ranks)
         else:
-            tree = _draft_tree(self.drafter, start, shape)
+            tree = _draft_tree(self.drafter, start, shape, self._levels, ranks)
         self.drafter.rewind()  # positions >= end held draft states, not target features
         return tree
 
@@ -90,12 +91,24 @@ class EagleSource:
         return tree
 
 
-def _top(drafter: Drafter, logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _top(
+    drafter: Drafter, logits: np.ndarray, k: int, levels: list[np.ndarray], d: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The k best target token ids of drafter logit rows, best first, their
-    log-probabilities, and the rows' draft-vocabulary logits (a copy: the nodes' rank
-    statistics read them after the next decode has overwritten llama.cpp's buffer)."""
+    log-probabilities, and the rows' draft-vocabulary logits, copied into levels[d] (a new
+    buffer there when it cannot hold them): the nodes' rank statistics read them after the
+    next decode has overwritten llama.cpp's buffer."""
     ids = drafter.draft_ids(logits)
-    sub = np.take(logits, ids, axis=-1) if ids is not None else np.array(logits)
+    n, width = logits.shape[0], logits.shape[-1] if ids is None else ids.size
+    while len(levels) <= d:
+        levels.append(np.empty((0, 0), dtype=np.float32))
+    if levels[d].shape[0] < n or levels[d].shape[1] != width:
+        levels[d] = np.empty((n, width), dtype=np.float32)
+    sub = levels[d][:n]
+    if ids is None:
+        np.copyto(sub, logits)
+    else:  # mode="clip": with "raise", numpy gathers into a temporary and copies it over
+        np.take(logits, ids, axis=-1, out=sub, mode="clip")
     part, top = _best_k(sub, k)
     m = top[:, :1]
     lse = m + np.log(np.exp(sub - m).sum(axis=-1, keepdims=True))
@@ -128,15 +141,19 @@ def _best_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _draft_tree(
-    drafter: Drafter, start: tuple[np.ndarray, np.ndarray], shape: TreeShape
+    drafter: Drafter,
+    start: tuple[np.ndarray, np.ndarray],
+    shape: TreeShape,
+    levels: list[np.ndarray],
+    ranks: bool,
 ) -> DraftTree:
-    """A dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...)."""
+    """A dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...). levels: a
+    buffer per depth for the draft-vocabulary logits of its expanded nodes, kept from step to
+    step; ranks: give every expanded node its row, whose rank statistics count as a chain's
+    do (the cost model's rank buckets mean the same for every shape)."""
     k = shape.top_k
     logits, h_root = start
-    # every expanded node keeps its draft-vocabulary logits: its rank statistics count, as a
-    # chain's do, so the cost model's rank buckets mean the same for every shape, and only k
-    # best candidates are searched for
-    tok, lp, sub = _top(drafter, logits[None, :], k)
+    tok, lp, sub = _top(drafter, logits[None, :], k, levels, 0)
     expanded: dict[int, np.ndarray] = {-1: sub[0]}
     # candidates: (cumulative logp, depth, parent candidate index, token)
     cand_lp: list[float] = list(lp[0, :k])
@@ -156,7 +173,7 @@ def _draft_tree(
             seq_of[c] = bank[j]
         toks = [cand_tok[c] for c in frontier]
         rows_logits, rows_h = drafter.decode_frontier(toks, states, pos + d - 1, bank[: len(toks)])
-        tok, lp, sub = _top(drafter, rows_logits, k)
+        tok, lp, sub = _top(drafter, rows_logits, k, levels, d)
         for j, c in enumerate(frontier):
             expanded[c] = sub[j]
         # k*k children scored by cumulative log-probability; the best k form the next frontier
@@ -195,12 +212,13 @@ def _draft_tree(
         tree.parents.append(row_of[p] if p >= 0 else -1)
         tree.depths.append(cand_depth[c])
         tree.sources.append({EAGLE})
-    index = drafter.draft_index
-    tree.scores = {
-        (row_of[c] if c >= 0 else -1): Scores(v, index)
-        for c, v in expanded.items()
-        if c < 0 or c in row_of
-    }
+    if ranks:
+        index = drafter.draft_index
+        tree.scores = {
+            (row_of[c] if c >= 0 else -1): Scores(v, index)
+            for c, v in expanded.items()
+            if c < 0 or c in row_of
+        }
     tree.spine[EAGLE] = _best_chain(tree)
     return tree
 

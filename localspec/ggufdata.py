@@ -1,4 +1,4 @@
-"""Tensor data of a GGUF file as float32 numpy arrays (dequantized with gguf-py).
+"""Tensor data of a GGUF file as numpy arrays (floats dequantized to float32 with gguf-py).
 
 The tensor table comes from ggml's C header reader and the bytes from a memory map, so reading
 a few tensors of a large model takes milliseconds instead of gguf-py's full-file parse.

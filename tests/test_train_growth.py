@@ -334,12 +334,15 @@ def test_a_run_goes_on_from_another_runs_drafter(train_pair, tmp_path):
 def test_a_run_goes_on_from_a_drafter_gguf(train_pair, tmp_path):
     """--init-from DRAFTER.gguf (the shipped drafter, or any converted one; run folders stay on
     the machine that made them): the trainer's drafter computes what the parent run's did,
-    from the GGUF's tensors (q/k rows back to rotate-half, the folded per-tap norms as fc with
-    unit norms), with its draft vocabulary. A GGUF made
-    for another target, or a file that is no drafter, is refused with one clear error."""
+    from the GGUF's tensors (q/k rows back to rotate-half with their own head counts, on a
+    grouped-query target; the folded per-tap norms as fc with unit norms), with its draft
+    vocabulary. A GGUF made for another target, or a file that is no drafter, is refused
+    with one clear error before any data is made."""
     from localspec.converters.convert import convert
 
-    d, target, data = train_pair
+    d, other, data = train_pair
+    gqa = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=2, n_ff=32)
+    target, _ = tm.write_agreeing_pair(d, name="gqa-gguf", shape=gqa, head_noise=0.3)
     parent = str(tmp_path / "parent")
     _run(target, data, parent, [], max_steps=6)
     gguf_path = str(tmp_path / "parent.eagle3.gguf")
@@ -354,6 +357,7 @@ def test_a_run_goes_on_from_a_drafter_gguf(train_pair, tmp_path):
     assert (child.step, child.positions, child.parent_positions) == (0, 0, 0)
     assert any("positions seen not recorded" in m for m in logs)
     a, b = run.model.eval(), child.model.eval()
+    assert a.midlayer.self_attn.n_kv == 2 and a.midlayer.self_attn.n_head == 4
     taps = torch.randn(2, 9, 3 * a.c.target_hidden_size) * 3.0
     nxt = torch.randint(0, a.c.vocab_size, (2, 11))
     with torch.no_grad():
@@ -361,12 +365,12 @@ def test_a_run_goes_on_from_a_drafter_gguf(train_pair, tmp_path):
                           strict=True):  # fmt: skip
             torch.testing.assert_close(b.lm_head(hb), a.lm_head(ha), atol=1e-4, rtol=1e-4)
 
-    deeper = tm.TargetShape(n_embd=tm.AGREE_EMBD, n_layer=6, n_head=4, n_head_kv=4, n_ff=32)
-    other, _ = tm.write_agreeing_pair(d, name="other-gguf", shape=deeper)
-    for init, err in ((gguf_path, "made for a target with layers"), (target, "not an EAGLE-3")):
+    for tgt, init, err in (
+        (other, gguf_path, "made for a target with|the trainer's drafter for"),
+        (target, target, "not an EAGLE-3"),
+    ):
         with pytest.raises(LocalspecError, match=err):
-            _run(other if init == gguf_path else target, data, str(tmp_path / "x"), [],
-                 max_steps=0, init_from=init)  # fmt: skip
+            _run(tgt, data, str(tmp_path / "x"), [], max_steps=0, init_from=init)
         assert not os.path.exists(tmp_path / "x")  # refused before any data was made
 
 

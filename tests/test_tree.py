@@ -104,22 +104,30 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
 
 def test_tree_nodes_rank_their_own_children_first(engines) -> None:
     """Each expanded node's kept logits are its own, unmasked: the children drafted under a
-    node rank 0, 1, ... there, in the tree's (better first) order, as a chain's picks do."""
+    node rank 0, 1, ... there, in the tree's (better first) order, as a chain's picks do.
+    Without ranks (a fixed shape: nothing learns from them) the same tree keeps no rows."""
     eng = engines["eagle3"]
     shape = TreeShape(4, 3, 14)
-    gen = Generation(
-        parts(eng), eng.tokenize("Once upon a time"), lock=lambda g: contextlib.nullcontext(),
-        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-        seed=0, stops=[], mode=Mode("tree", shape),
-    )  # fmt: skip
-    gen.prefill()
-    tree = parts(eng).state.draft(DraftRequest(shape), np.random.default_rng(0))
+
+    def draft(ranks: bool):
+        eng.reset()
+        gen = Generation(
+            parts(eng), eng.tokenize("Once upon a time"), lock=lambda g: contextlib.nullcontext(),
+            totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+            seed=0, stops=[], mode=Mode("tree", shape),
+        )  # fmt: skip
+        gen.prefill()
+        return parts(eng).state.draft(DraftRequest(shape, ranks=ranks), np.random.default_rng(0))
+
+    tree = draft(True)
     checked = 0
     for node, kids in tree.children().items():
         ranks = [tree.scores[node].rank(t) for t in kids]  # dicts keep the tree's order
         assert ranks == list(range(len(kids))), (node, ranks)
         checked += len(kids)
     assert checked == len(tree) == 14
+    plain = draft(False)
+    assert plain.tokens == tree.tokens and plain.parents == tree.parents and not plain.scores
     eng.reset()
 
 
@@ -241,10 +249,12 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     if reduced:  # the tie lies inside the draft vocabulary
         ids = np.union1d(ids, [5, 9, 2000])
     before = logits.copy()
-    tok, lp, kept = _top(_Vocab(ids), logits, 8)  # type: ignore[arg-type]
+    levels: list[np.ndarray] = []
+    tok, lp, kept = _top(_Vocab(ids), logits, 8, levels, 2)  # type: ignore[arg-type]
     assert np.array_equal(logits, before)
     sub = logits[:, ids] if reduced else logits
     assert np.array_equal(kept, sub) and not np.shares_memory(kept, logits)
+    assert np.shares_memory(kept, levels[2])  # the level's buffer, kept for the next step
     order = np.argsort(-sub, axis=-1, kind="stable")[:, :8]
     want = ids[order] if reduced else order
     assert np.array_equal(tok, want)
@@ -254,5 +264,5 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     assert list(tok[1, :3]) == [5, 9, 2000]
     frozen = before.copy()
     frozen.flags.writeable = False  # a buffer it may not mask in place: it works on a copy
-    tok2, _, _ = _top(_Vocab(None), frozen, 8)  # type: ignore[arg-type]
+    tok2, _, _ = _top(_Vocab(None), frozen, 8, levels, 2)  # type: ignore[arg-type]
     assert np.array_equal(tok2, np.argsort(-before, axis=-1, kind="stable")[:, :8])

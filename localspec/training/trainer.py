@@ -811,7 +811,8 @@ class Trainer:
         if resume is None and cfg.init_from:
             parent = load_parent(cfg, self.info, self.taps)
             seen = parent["positions"]
-            known = f"{seen} positions seen" if seen else "positions seen not recorded"
+            gguf = parent.get("from_gguf")
+            known = "positions seen not recorded" if gguf else f"{seen} positions seen"
             log(f"starting from the drafter of {cfg.init_from} ({known})")
         self.parent_positions = (resume or parent or {}).get("parent_positions", 0)
         if parent is not None:

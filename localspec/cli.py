@@ -350,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch-tokens", type=int, default=2048, help="positions per step")
     tr.add_argument("--window", type=int, default=512, help="positions per training window")
     tr.add_argument(
+        "--prompt-context",
+        type=int,
+        default=64,
+        help="prompt positions a reply's first window keeps before its first trained one "
+        "(at most --window - 2 are): raise both to train for long conversations",
+    )
+    tr.add_argument(
         "--init",
         default="target",
         choices=["target", "target-layer", "random"],
@@ -541,6 +548,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         draft_vocab=args.draft_vocab,
         steps_unrolled=args.ttt_steps,
         window=args.window,
+        prompt_context=args.prompt_context,
         batch_tokens=args.batch_tokens,
         lr=args.lr,
         max_steps=args.max_steps,

@@ -5,6 +5,7 @@ losslessly, and clear errors for bad input."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import random
@@ -85,6 +86,27 @@ def trained(pair):
         target, [data], out, config=_tcfg(), features=_fcfg(), taps=TAPS, show_progress=False
     )
     return out, res
+
+
+def test_windows_keep_prompt_context_rows_before_a_replys_first_trained_row(trained):
+    """--prompt-context P: a sequence's first window starts P rows before its first trained
+    row (or at row 0; P at most window - 2, so that window trains rows too), later windows
+    follow it back to back, none is longer than --window; P = 0 keeps only the row the first
+    label is read at."""
+    from localspec.training.trainer import Batcher
+
+    out, _ = trained
+    seqs = load_sequences(os.path.join(out, "data"))
+    t2d = np.arange(int(max(s.tokens.max() for s in seqs)) + 1)
+    assert max(s.loss_start for s in seqs) > 32  # prompts longer than every P below keeps
+    for pc in (0, 3, 30, 64):
+        b = Batcher(seqs, _tcfg(window=32, prompt_context=pc), t2d)
+        for i, s in enumerate(seqs):
+            spans = [(a, e) for j, a, e in b.windows if j == i]
+            first = max(0, s.loss_start - 1 - min(pc, 30))
+            assert spans[0][0] == first and all(e - a <= 32 for a, e in spans)
+            assert all(x[1] == y[0] for x, y in itertools.pairwise(spans))  # back to back
+            assert spans[-1][1] >= len(s.taps) - 1  # a last single row makes no window
 
 
 def test_features_match_a_plain_single_sequence_decode(pair, trained):
@@ -467,6 +489,16 @@ def test_bad_input_is_one_clear_error(pair, tmp_path, capsys):
             [data],
             str(tmp_path / "b"),
             config=_tcfg(variant="eagle4"),
+            features=_fcfg(max_tokens=300),
+            taps=TAPS,
+            show_progress=False,
+        )
+    with pytest.raises(InvalidParameterError, match="prompt_context"):
+        train(
+            target,
+            [data],
+            str(tmp_path / "pc"),
+            config=_tcfg(prompt_context=-1),
             features=_fcfg(max_tokens=300),
             taps=TAPS,
             show_progress=False,

@@ -53,7 +53,9 @@ class TrainConfig:
     draft_vocab: int = 16_384
     steps_unrolled: int = 5  # training-time-test depth
     window: int = 512  # rows per training window
-    prompt_context: int = 64  # prompt rows kept before the first trained row
+    # prompt rows kept before a reply's first trained row: what the drafter learns to attend
+    # over (raise it, with window, for long histories)
+    prompt_context: int = 64
     batch_tokens: int = 2048  # rows per optimizer step
     lr: float = 6e-4
     warmup: int = 50
@@ -286,12 +288,14 @@ class Batcher:
         self.seqs = seqs
         self.cfg = cfg
         self.map = t2d_map
-        # windows start prompt_context rows before the first label: long prompts cost layer
-        # compute for every row, while the drafter mostly attends to recent positions
+        # windows start prompt_context rows before the first label (at most window - 2, so
+        # the first window trains rows too): long prompts cost layer compute for every row,
+        # while the drafter mostly attends to recent positions
+        pc = min(cfg.prompt_context, cfg.window - 2)
         self.windows = [
             (i, a, min(a + cfg.window, len(s.taps)))
             for i, s in enumerate(seqs)
-            for a in range(max(0, s.loss_start - 1 - cfg.prompt_context), len(s.taps), cfg.window)
+            for a in range(max(0, s.loss_start - 1 - pc), len(s.taps), cfg.window)
             if min(a + cfg.window, len(s.taps)) - a >= 2
         ]
 
@@ -766,6 +770,8 @@ class Trainer:
             )
         if cfg.draft_vocab < 2 or cfg.lr <= 0:
             raise InvalidParameterError("draft_vocab must be >= 2 and lr > 0")
+        if cfg.prompt_context < 0:
+            raise InvalidParameterError(f"prompt_context must be >= 0, got {cfg.prompt_context}")
         if any(t < 1 for t in taps):
             raise InvalidParameterError(
                 f"taps {list(taps)}: the checkpoint layout counts layer outputs, so each tap "
@@ -1106,7 +1112,7 @@ class Trainer:
 
 
 # settings that must not change when a run resumes
-RESUME_KEYS = ("variant", "draft_vocab", "init", "window", "held_out", "seed")
+RESUME_KEYS = ("variant", "draft_vocab", "init", "window", "prompt_context", "held_out", "seed")
 TOP_LAYER_TENSORS = (
     "attn_norm.weight",
     "attn_q.weight",

@@ -15,6 +15,7 @@ decoder output is the first draft. Positions from ``end`` on are scratch for dra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -366,6 +367,12 @@ class Drafter:
             np.take(logits, ids, out=out, mode="clip")  # "raise" gathers via a temporary
         return out
 
+    def best_token(self, logits: np.ndarray) -> int:
+        """The target id of a logits row's best entry, read straight from llama.cpp's row:
+        a reduced vocabulary's other entries are -inf, and ties go to the lower id either way,
+        so it is draft_token(draft_logits(logits)) without the gather."""
+        return int(np.argmax(logits))
+
     def draft_token(self, sub: np.ndarray) -> int:
         """The target id of the best entry of draft_logits."""
         i = int(np.argmax(sub))
@@ -379,8 +386,8 @@ class Drafter:
             out = np.empty(h.shape[-1], dtype=np.float32)
         if self._out_norm is None:
             np.copyto(out, h)
-        else:
-            scale = np.float32(1.0 / np.sqrt(np.dot(h, h) / h.size + self.spec.eps))
+        else:  # the scale in Python floats: numpy's scalar arithmetic costs microseconds
+            scale = 1.0 / math.sqrt(float(np.dot(h, h)) / h.size + self.spec.eps)
             np.multiply(h, self._out_norm, out=out)
             out *= scale
         return out

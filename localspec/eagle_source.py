@@ -71,12 +71,12 @@ class EagleSource:
         d.chain_start(h)
         for j in range(k):
             q = None
-            if sampled is None or ranks:
+            if ranks:  # the row is kept for the verify walk's rank statistics
                 if j == len(self._rows):
                     self._rows.append(np.empty(0, dtype=np.float32))
                 sub = self._rows[j] = d.draft_logits(logits, self._rows[j])
             if sampled is None:
-                tok = d.draft_token(sub)
+                tok = d.draft_token(sub) if ranks else d.best_token(logits)
             else:
                 q = probs(logits, sampled)
                 tok = sample(q, rng)

@@ -31,6 +31,7 @@ from localspec.errors import InvalidParameterError, LocalspecError  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.target import Target  # noqa: E402
 from localspec.training import FeatureConfig, TrainConfig, train  # noqa: E402
+from localspec.training import model as model_mod  # noqa: E402
 from localspec.training.features import load_sequences  # noqa: E402
 from localspec.training.trainer import Batcher, Trainer, evaluate, walk_chains  # noqa: E402
 
@@ -138,10 +139,14 @@ def test_features_match_a_plain_single_sequence_decode(pair, trained):
         t.close()
 
 
-def test_unrolled_training_matches_token_by_token_drafting(trained, pair):
+@pytest.mark.parametrize("block", [None, 4])
+def test_unrolled_training_matches_token_by_token_drafting(trained, pair, block, monkeypatch):
     """The training-time test (one pass, attention trick) equals the converter's independent
     PyTorch reference decoding with a real KV cache: teacher-forced rows 0..P, then chained
-    draft steps that feed back the drafter's own state."""
+    draft steps that feed back the drafter's own state. block: query rows per attention block
+    (long windows' path; None: the whole window at once)."""
+    if block is not None:
+        monkeypatch.setattr(model_mod, "ATTN_BLOCK", block)
     out, _ = trained
     _, target, _ = pair
     ckpt = os.path.join(out, "checkpoint")
@@ -178,6 +183,39 @@ def test_unrolled_training_matches_token_by_token_drafting(trained, pair):
             z, fed = ref.decode([int(seq.tokens[P + 1 + j])], state, P + j)
             np.testing.assert_allclose(z[0, d2t], logits[j][P], rtol=1e-6, atol=1e-6)
             state = fed
+
+
+def test_attention_in_blocks_has_the_whole_windows_gradients(trained, pair, monkeypatch):
+    """A long window's attention goes in blocks of query rows, recomputed in the backward
+    pass: the loss and every parameter's gradient equal the whole window's."""
+    out, _ = trained
+    _, target, _ = pair
+    trainer = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None)
+    model = trainer.model.double()
+    seq = max(load_sequences(os.path.join(out, "data")), key=lambda s: len(s.tokens))
+    steps = 4
+    n = min(40, len(seq.tokens) - steps)
+    assert n > 2 * 7, "the data has no sequence long enough for blocks of 7 rows"
+    taps = torch.from_numpy(seq.taps[:n].astype(np.float64))[None]
+    toks = torch.from_numpy(seq.tokens[1 : n + steps].astype(np.int64))[None]
+
+    def loss_and_grads(block: int) -> tuple[float, dict[str, np.ndarray]]:
+        monkeypatch.setattr(model_mod, "ATTN_BLOCK", block)
+        model.zero_grad()
+        outs = model.unroll(model.encode(taps), toks, steps)
+        w = torch.linspace(-1.0, 1.0, outs[0].numel(), dtype=torch.float64).view_as(outs[0])
+        loss = sum(((model.lm_head(h) ** 2).mean() + (h * w).sum()) for h in outs)
+        loss.backward()
+        return loss.item(), {
+            k: p.grad.numpy().copy() for k, p in model.named_parameters() if p.grad is not None
+        }
+
+    whole_loss, whole = loss_and_grads(1 << 20)
+    block_loss, blocks = loss_and_grads(7)  # several blocks, the last one short
+    assert block_loss == pytest.approx(whole_loss, rel=1e-12)
+    assert whole.keys() == blocks.keys() and "midlayer.self_attn.q_proj.weight" in whole
+    for k in whole:
+        np.testing.assert_allclose(blocks[k], whole[k], rtol=1e-9, atol=1e-12, err_msg=k)
 
 
 def test_training_learns_and_beats_the_untrained_drafter(trained):

@@ -266,3 +266,38 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     frozen.flags.writeable = False  # a buffer it may not mask in place: it works on a copy
     tok2, _, _ = _top(_Vocab(None), frozen, 8, levels, 2)  # type: ignore[arg-type]
     assert np.array_equal(tok2, np.argsort(-before, axis=-1, kind="stable")[:, :8])
+
+
+def _chain_draft(eng, prompt: str, shape: TreeShape, ranks: bool):  # type: ignore[no-untyped-def]
+    eng.reset()
+    gen = Generation(
+        parts(eng), eng.tokenize(prompt), lock=lambda g: contextlib.nullcontext(),
+        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+        seed=0, stops=[], mode=Mode("tree", shape),
+    )  # fmt: skip
+    gen.prefill()
+    return parts(eng).state.draft(DraftRequest(shape, ranks=ranks), np.random.default_rng(0))
+
+
+def test_chains_draft_the_same_with_or_without_ranks(models, tmp_path) -> None:
+    """Without ranks a greedy chain takes each pick straight from llama.cpp's logits row (the
+    draft vocabulary's entries, the rest -inf) instead of gathering the draft vocabulary first:
+    the same tokens for full-vocabulary and reduced (d2t) drafters, and no rows kept."""
+    import tinymodels as tm
+
+    d2t = tm.write_drafter(
+        str(tmp_path / "d2t.gguf"), models["target"], tm.DrafterShape(draft_vocab=96)
+    )
+    shape = TreeShape(6, 1, 6)
+    for draft in (models["draft"], models["draft31"], d2t):
+        with localspec.load(models["target"], draft=draft, **EXACT) as eng:
+            for prompt in PROMPTS:
+                ranked = _chain_draft(eng, prompt, shape, True)
+                bare = _chain_draft(eng, prompt, shape, False)
+                assert bare.tokens == ranked.tokens and len(bare) == 6, (draft, prompt)
+                assert len(ranked.scores) == 6 and not bare.scores
+                assert ranked.scores[-1].rank(ranked.tokens[0]) == 0
+            if draft == d2t:
+                ids = parts(eng).drafter.draft_ids(np.zeros(1, np.float32))
+                assert ids is not None and len(ids) == 96  # the reduced path ran
+            eng.reset()

@@ -10,6 +10,7 @@ trains every draft depth without re-running anything token by token.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -85,6 +86,63 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
+ATTN_BLOCK = 512  # query rows per attention block in windows longer than 2 blocks
+
+
+def _attention(
+    q: torch.Tensor, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], scale: float
+) -> torch.Tensor:
+    """Step j's attention (j = len(keys) - 1): every row attends causally to the step-0 keys
+    and to its own row's keys of steps 1..j. A long window goes in blocks of query rows, each
+    recomputed in the backward pass instead of kept: the scores of a 3,584-row window over
+    5 unrolled steps would otherwise hold tens of GB for the backward pass."""
+    T = q.shape[2]
+    if T <= 2 * ATTN_BLOCK:
+        return _attention_rows(q, keys, values, scale, 0)
+    from torch.utils.checkpoint import checkpoint
+
+    # copies of the lists: the recomputation runs in the backward pass, after later steps
+    # have appended their keys to the caller's
+    keys_j, values_j = tuple(keys), tuple(values)
+    blocks = [
+        checkpoint(
+            _attention_rows,
+            q[:, :, a : a + ATTN_BLOCK],
+            keys_j,
+            values_j,
+            scale,
+            a,
+            use_reentrant=False,
+        )
+        for a in range(0, T, ATTN_BLOCK)
+    ]
+    return torch.cat(blocks, 2)
+
+
+def _attention_rows(
+    q: torch.Tensor,
+    keys: Sequence[torch.Tensor],
+    values: Sequence[torch.Tensor],
+    scale: float,
+    a: int,
+) -> torch.Tensor:
+    """_attention for the query rows a..a+n (q holds only those): the step-0 keys after row
+    a+n-1 are masked for all of them, so they are left out."""
+    n = q.shape[2]
+    b = a + n
+    rows = torch.arange(b, device=q.device)
+    causal = rows[None, :] > rows[a:, None]  # True = masked
+    s0 = (q @ keys[0][:, :, :b].transpose(-1, -2)) * scale
+    s0 = s0.masked_fill(causal, float("-inf"))
+    j = len(keys) - 1
+    extra = [(q * keys[i][:, :, a:b]).sum(-1, keepdim=True) * scale for i in range(1, j + 1)]
+    p = torch.cat([s0, *extra], -1).softmax(-1)
+    att = p[..., :b] @ values[0][:, :, :b]
+    for i in range(1, j + 1):
+        att = att + p[..., b + i - 1 : b + i] * values[i][:, :, a:b]
+    return att
+
+
 class Eagle3Drafter(nn.Module):
     """Parameters carry the checkpoint names (fc, fc_norm.i, midlayer.*, norm, lm_head); the
     target's token embeddings are a frozen buffer that is not saved."""
@@ -130,7 +188,6 @@ class Eagle3Drafter(nn.Module):
         a = L.self_attn
         B, T, H = g.shape
         rows = torch.arange(T, device=g.device)
-        causal = rows[None, :] > rows[:, None]  # True = masked
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         rep = a.n_head // a.n_kv
@@ -150,13 +207,7 @@ class Eagle3Drafter(nn.Module):
             v = v.repeat_interleave(rep, dim=1)
             keys.append(k)
             values.append(v)
-            s0 = (q @ keys[0].transpose(-1, -2)) * scale
-            s0 = s0.masked_fill(causal, float("-inf"))
-            extra = [(q * keys[i]).sum(-1, keepdim=True) * scale for i in range(1, j + 1)]
-            p = torch.cat([s0, *extra], -1).softmax(-1)
-            att = p[..., :T] @ values[0]
-            for i in range(1, j + 1):
-                att = att + p[..., T + i - 1 : T + i] * values[i]
+            att = _attention(q, keys, values, scale)
             h = a.o_proj(att.transpose(1, 2).reshape(B, T, -1)) + hidden
             h = h + L.mlp(L.post_attention_layernorm(h))
             normed = self.norm(h)

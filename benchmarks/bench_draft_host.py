@@ -31,7 +31,15 @@ PROMPTS = [
     "Explain how a refrigerator works to a ten year old.",
     "List five tips for learning a new programming language, with one sentence each.",
 ]
-NATIVE = {"NativeContext.decode", "NativeContext.encode"}  # what bench counts as native
+# what bench counts as native (the context's busy clock): the decodes and the output-address
+# calls, where llama.cpp waits for the device
+NATIVE = {
+    "NativeContext.decode",
+    "NativeContext.encode",
+    "_native._logits_ith_addr",
+    "_native._nextn_ith_addr",
+    "_native._nextn_addr",
+}
 
 
 class Clock:
@@ -80,6 +88,7 @@ def instrument(clock: Clock) -> None:
             "chain_next",
             "draft_logits",
             "draft_token",
+            "best_token",
             "feedback",
             "rewind",
             "branch",
@@ -93,6 +102,7 @@ def instrument(clock: Clock) -> None:
     targets += [(eagle_source.EagleSource, "draft"), (drafttree.DraftTree, "add")]
     targets += [(eagle_source, "_top"), (eagle_source, "_best_k"), (eagle_source, "_best_chain")]
     targets += [(N.Batch, "set"), (N.Batch, "set_rows")]
+    targets += [(N, n) for n in ("_logits_ith_addr", "_nextn_ith_addr", "_nextn_addr")]
     for owner, name in targets:
         label = f"{getattr(owner, '__name__', owner)}.{name}".replace("localspec.", "")
         setattr(owner, name, clock.wrap(label, getattr(owner, name)))
@@ -146,7 +156,11 @@ def main() -> int:
                 row["host in all"].append(1e3 * host / n_pos)
         calls = sorted({c for row in per.values() for c in row if c != "host in all"})
         names = list(shapes)
-        print(f"\nms per EAGLE draft position, median of {args.rounds} rounds (self time)")
+        print(
+            f"\nms per EAGLE draft position, median of {args.rounds} rounds (self time; each"
+            " row is its own median, so rows need not add up to 'host in all', and a timed"
+            " call's wrapper adds about a microsecond to its caller's row)"
+        )
         print(f"{'call':<36}" + "".join(f"{n:>16}" for n in names))
         for call in [*sorted(NATIVE), "host in all", *[c for c in calls if c not in NATIVE]]:
             cells = []

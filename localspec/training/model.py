@@ -113,6 +113,7 @@ def _attention(
             scale,
             a,
             use_reentrant=False,
+            preserve_rng_state=False,  # nothing random inside
         )
         for a in range(0, T, ATTN_BLOCK)
     ]

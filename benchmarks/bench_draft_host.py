@@ -50,7 +50,6 @@ class Clock:
     def __init__(self, scopes: set[str]) -> None:
         self.scopes = scopes
         self.self_s: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
         self._stack: list[float] = []  # per open call: time spent in its timed callees
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -65,7 +64,6 @@ class Clock:
                 total = time.perf_counter() - t0
                 inner = self._stack.pop()
                 self.self_s[name] += total - inner
-                self.calls[name] += 1
                 if self._stack:
                     self._stack[-1] += total
 
@@ -73,7 +71,6 @@ class Clock:
 
     def reset(self) -> None:
         self.self_s.clear()
-        self.calls.clear()
 
 
 def instrument(clock: Clock) -> None:

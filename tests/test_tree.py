@@ -18,6 +18,7 @@ from localspec.scheduler import Mode
 from localspec.specstate import DraftRequest
 from localspec.tree import TreeShape
 
+import tinymodels as tm
 from conftest import EXACT
 from greedy import F32_MARGIN, assert_greedy_lossless, replay_plain_greedy
 
@@ -102,31 +103,32 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     eng.reset()
 
 
+def _draft(eng, prompt: str, shape: TreeShape, ranks: bool):  # type: ignore[no-untyped-def]
+    """One step's draft of shape after prompt, straight from the engine's parts."""
+    eng.reset()
+    gen = Generation(
+        parts(eng), eng.tokenize(prompt), lock=lambda g: contextlib.nullcontext(),
+        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+        seed=0, stops=[], mode=Mode("tree", shape),
+    )  # fmt: skip
+    gen.prefill()
+    return parts(eng).state.draft(DraftRequest(shape, ranks=ranks), np.random.default_rng(0))
+
+
 def test_tree_nodes_rank_their_own_children_first(engines) -> None:
     """Each expanded node's kept logits are its own, unmasked: the children drafted under a
     node rank 0, 1, ... there, in the tree's (better first) order, as a chain's picks do.
     Without ranks (a fixed shape: nothing learns from them) the same tree keeps no rows."""
     eng = engines["eagle3"]
     shape = TreeShape(4, 3, 14)
-
-    def draft(ranks: bool):
-        eng.reset()
-        gen = Generation(
-            parts(eng), eng.tokenize("Once upon a time"), lock=lambda g: contextlib.nullcontext(),
-            totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-            seed=0, stops=[], mode=Mode("tree", shape),
-        )  # fmt: skip
-        gen.prefill()
-        return parts(eng).state.draft(DraftRequest(shape, ranks=ranks), np.random.default_rng(0))
-
-    tree = draft(True)
+    tree = _draft(eng, "Once upon a time", shape, True)
     checked = 0
     for node, kids in tree.children().items():
         ranks = [tree.scores[node].rank(t) for t in kids]  # dicts keep the tree's order
         assert ranks == list(range(len(kids))), (node, ranks)
         checked += len(kids)
     assert checked == len(tree) == 14
-    plain = draft(False)
+    plain = _draft(eng, "Once upon a time", shape, False)
     assert plain.tokens == tree.tokens and plain.parents == tree.parents and not plain.scores
     eng.reset()
 
@@ -268,23 +270,10 @@ def test_a_trees_candidates_are_the_best_k_by_a_full_sort_and_leave_the_logits_a
     assert np.array_equal(tok2, np.argsort(-before, axis=-1, kind="stable")[:, :8])
 
 
-def _chain_draft(eng, prompt: str, shape: TreeShape, ranks: bool):  # type: ignore[no-untyped-def]
-    eng.reset()
-    gen = Generation(
-        parts(eng), eng.tokenize(prompt), lock=lambda g: contextlib.nullcontext(),
-        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-        seed=0, stops=[], mode=Mode("tree", shape),
-    )  # fmt: skip
-    gen.prefill()
-    return parts(eng).state.draft(DraftRequest(shape, ranks=ranks), np.random.default_rng(0))
-
-
 def test_chains_draft_the_same_with_or_without_ranks(models, tmp_path) -> None:
     """Without ranks a greedy chain takes each pick straight from llama.cpp's logits row (the
     draft vocabulary's entries, the rest -inf) instead of gathering the draft vocabulary first:
     the same tokens for full-vocabulary and reduced (d2t) drafters, and no rows kept."""
-    import tinymodels as tm
-
     d2t = tm.write_drafter(
         str(tmp_path / "d2t.gguf"), models["target"], tm.DrafterShape(draft_vocab=96)
     )
@@ -292,8 +281,8 @@ def test_chains_draft_the_same_with_or_without_ranks(models, tmp_path) -> None:
     for draft in (models["draft"], models["draft31"], d2t):
         with localspec.load(models["target"], draft=draft, **EXACT) as eng:
             for prompt in PROMPTS:
-                ranked = _chain_draft(eng, prompt, shape, True)
-                bare = _chain_draft(eng, prompt, shape, False)
+                ranked = _draft(eng, prompt, shape, True)
+                bare = _draft(eng, prompt, shape, False)
                 assert bare.tokens == ranked.tokens and len(bare) == 6, (draft, prompt)
                 assert len(ranked.scores) == 6 and not bare.scores
                 assert ranked.scores[-1].rank(ranked.tokens[0]) == 0

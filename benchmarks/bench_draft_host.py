@@ -39,6 +39,7 @@ NATIVE = {
     "_native._logits_ith_addr",
     "_native._nextn_ith_addr",
     "_native._nextn_addr",
+    "_native._logits_addr",
 }
 
 
@@ -94,12 +95,13 @@ def instrument(clock: Clock) -> None:
             "draft_ids",
         )
     ]
-    targets += [(N.NativeContext, n) for n in ("decode", "encode", "outputs", "nextn", "logits")]
+    calls = ("decode", "encode", "outputs", "one_output", "nextn", "logits")
+    targets += [(N.NativeContext, n) for n in calls]
     targets += [(N.NativeContext, n) for n in ("seq_rm", "seq_cp", "seq_drop")]
     targets += [(eagle_source.EagleSource, "draft"), (drafttree.DraftTree, "add")]
     targets += [(eagle_source, "_top"), (eagle_source, "_best_k"), (eagle_source, "_best_chain")]
     targets += [(N.Batch, "set"), (N.Batch, "set_rows")]
-    targets += [(N, n) for n in ("_logits_ith_addr", "_nextn_ith_addr", "_nextn_addr")]
+    targets += [(N, n.removeprefix("_native.")) for n in NATIVE if n.startswith("_native.")]
     for owner, name in targets:
         label = f"{getattr(owner, '__name__', owner)}.{name}".replace("localspec.", "")
         setattr(owner, name, clock.wrap(label, getattr(owner, name)))

@@ -387,6 +387,8 @@ class NativeContext:
         self._kept_layers: set[int] = set()
         self.busy = 0.0  # wall seconds inside llama_decode and llama_encode so far
         self._views: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._row_views: dict[tuple[int, int, int], np.ndarray] = {}  # (address, rows, width)
+        self._one_views: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         # where the context keeps its eval callback, so plain steps can run without it
         self._cb_slot = _callback_slot(ptr, graph_taps) if graph_taps is not None else None
         self._cb_on = graph_taps is not None
@@ -419,8 +421,23 @@ class NativeContext:
     # --- outputs of the last decode (views, valid until the next one: copy to keep) ------------
 
     def logits(self, n_rows: int) -> np.ndarray:
-        """The logits of the first n_rows output rows."""
-        return float_rows(C.llama_get_logits(self.ptr), n_rows, self.n_vocab)
+        """The logits of the first n_rows output rows (a view, reused as outputs' are). The
+        call waits for the device, so its time counts as busy."""
+        t0 = perf_counter()
+        addr = _logits_addr(self.ptr)
+        self.busy += perf_counter() - t0
+        if not addr:
+            raise GenerationError("llama.cpp returned no logits")
+        return self._rows_view(addr, n_rows, self.n_vocab)
+
+    def _rows_view(self, addr: int, n_rows: int, width: int) -> np.ndarray:
+        view = self._row_views.get((addr, n_rows, width))
+        if view is None:
+            if len(self._row_views) > 4 * self.n_batch:  # the buffer moved many times
+                self._row_views.clear()
+            view = _view(addr, n_rows * width).reshape(n_rows, width)
+            self._row_views[addr, n_rows, width] = view
+        return view
 
     def outputs(self, i: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Views of output row i's logits and eagle3 state (valid until the next decode). A
@@ -437,6 +454,22 @@ class NativeContext:
             if len(self._views) > 4 * self.n_batch:  # the buffer moved many times: start over
                 self._views.clear()
             views = self._views[lo, h, width] = (_view(lo, self.n_vocab), _view(h, width))
+        return views
+
+    def one_output(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """outputs(0, width) after a decode with exactly one output row, in one call: llama.cpp
+        lays its output buffer out by max(outputs, n_seq_max) alone, so after such a decode
+        the state row sits at a fixed offset from the logits row, and the logits' address
+        (which moves whenever the buffer does) tells which state view goes with it."""
+        t0 = perf_counter()
+        lo = _logits_ith_addr(self.ptr, 0)
+        self.busy += perf_counter() - t0
+        views = self._one_views.get((lo, width))
+        if views is None:
+            if len(self._one_views) > 64:  # the buffer moved many times: start over
+                self._one_views.clear()
+            views = self.outputs(0, width)
+            self._one_views[lo, width] = views
         return views
 
     def keep_layer_input(self, layer: int, keep: bool) -> None:
@@ -483,7 +516,7 @@ class NativeContext:
         self.busy += perf_counter() - t0
         if not addr:
             raise GenerationError("llama.cpp returned no hidden-state rows")
-        return _view(addr, n_rows * width).reshape(n_rows, width)
+        return self._rows_view(addr, n_rows, width)
 
     def nextn_ith(self, i: int, width: int) -> np.ndarray:
         return float_rows(get_embeddings_nextn_ith(self.ptr, i), 1, width)[0]
@@ -556,6 +589,8 @@ class NativeContext:
             self.ptr = None
             self._cb_slot = None  # it lay inside the freed context
             self._views.clear()
+            self._row_views.clear()
+            self._one_views.clear()
 
 
 class Batch:
@@ -588,17 +623,33 @@ class Batch:
         s.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(C.llama_seq_id)))
         s.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.struct = s
+        # leading rows already in sequence 0 alone / already with an output: a drafter's
+        # batches keep that layout from step to step, and each numpy call skipped saves
+        # several microseconds right after a decode (its code is out of the caches then)
+        self._seq0_rows = capacity
+        self._output_rows = 0
 
     def set(self, n: int, pos0: int, *, all_logits: bool) -> None:
         """Use the first n rows at consecutive positions pos0.. of sequence 0."""
         if n > self.capacity:
             raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
-        np.add(self._steps[:n], pos0, out=self.pos[:n])
-        self.n_seq_id[:n] = 1
-        self.seq_ids[:n, 0] = 0
-        self.logits[:n] = 1 if all_logits else 0
-        if not all_logits and n:
-            self.logits[n - 1] = 1
+        if n == 1:
+            self.pos[0] = pos0
+        else:
+            np.add(self._steps[:n], pos0, out=self.pos[:n])
+        if n > self._seq0_rows:
+            self.n_seq_id[:n] = 1
+            self.seq_ids[:n, 0] = 0
+            self._seq0_rows = n
+        if all_logits:
+            if n > self._output_rows:
+                self.logits[:n] = 1
+                self._output_rows = n
+        else:
+            self.logits[:n] = 0
+            if n:
+                self.logits[n - 1] = 1
+            self._output_rows = 0
         self.struct.n_tokens = n
 
     def set_rows(
@@ -614,6 +665,7 @@ class Batch:
         self.n_seq_id[:n] = 1
         self.seq_ids[:n, 0] = seq
         self.logits[:n] = logits if isinstance(logits, np.ndarray) else (1 if logits else 0)
+        self._seq0_rows = self._output_rows = 0
         self.struct.n_tokens = n
 
     def set_tree(self, pos: np.ndarray, seqs: list[list[int]]) -> None:
@@ -627,6 +679,7 @@ class Batch:
             self.n_seq_id[i] = len(ss)
             self.seq_ids[i, : len(ss)] = ss
         self.logits[:n] = 1
+        self._seq0_rows, self._output_rows = 0, n
         self.struct.n_tokens = n
 
 
@@ -792,6 +845,7 @@ _nextn_ith_addr = _bind_c(
     _STAGING["get_embeddings_nextn_ith"][0], [_ctx_p, ctypes.c_int32], _vp, own=True
 )
 _nextn_addr = _bind_c(_STAGING["get_embeddings_nextn"][0], [_ctx_p], _vp, own=True)
+_logits_addr = _bind_c("llama_get_logits", [_ctx_p], _vp, own=True)
 _ggml_get_name = _bind_c("ggml_get_name", [_vp], ctypes.c_char_p)
 _ggml_tensor_get = _bind_c(
     "ggml_backend_tensor_get", [_vp, _vp, ctypes.c_size_t, ctypes.c_size_t], None

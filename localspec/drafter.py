@@ -81,6 +81,8 @@ class Drafter:
         # a chain's steps: one row of sequence 0 whose embedding is the fed-back state
         self._one = N.Batch(1, tokens=True, embd=self.n_embd)
         self._one.set(1, 0, all_logits=True)
+        assert self._one.embd is not None
+        self._pending = self._one.embd[0]  # the state the next chain_next decodes with
         self._draft_ids: np.ndarray | None | bool = False  # False: not yet known
         self._draft_index: np.ndarray | None = None  # target id -> draft-vocabulary index
         # the cache: written positions [start, end), then queued pairs
@@ -132,15 +134,31 @@ class Drafter:
             self._queued_taps, self._n_queued_taps = [], 0
 
     def flush(self) -> tuple[np.ndarray, np.ndarray]:
-        """Write the queued pairs; return the last row's logits (a view) and feedback state:
-        the distribution and input of the first draft position."""
-        self._encode_queued()
-        g = np.concatenate(self._queued_g) if len(self._queued_g) > 1 else self._queued_g[0]
+        """Write the queued pairs; return the last row's logits and feedback state: the
+        distribution and input of the first draft position. Both are views, valid until the
+        next decode; the state is the one chain_next decodes with next."""
         tokens = self._pair_tokens[self.end - self.start :]
-        logits, h = self.decode(tokens, g, self.end)
-        self.end += len(tokens)
-        self._queued_g = []
-        return logits, h
+        n = len(tokens)
+        b = self._dec_batch
+        assert b.embd is not None
+        if not self._queued_g and len(self._queued_taps) == 1 and n <= self.n_batch:
+            # a step's few pairs: their taps encoded straight into the decoder's batch
+            self.encode(self._queued_taps[0], out=b.embd[:n])
+            self._queued_taps, self._n_queued_taps = [], 0
+            b.token[:n] = tokens
+            b.set(n, self.end, all_logits=True)
+            self.ctx.decode(b, "drafter decoder")
+            last = n - 1
+        else:
+            self._encode_queued()
+            q = self._queued_g
+            g = np.concatenate(q) if len(q) > 1 else q[0]
+            for i in self._decode_chunks(tokens, g, self.end):
+                last = n - 1 - i  # the last row's index within the final chunk
+            self._queued_g = []
+        self.end += n
+        logits, h = self.ctx.outputs(last, self.n_embd)
+        return logits, self.feedback(h, out=self._pending)
 
     def rewind(self, pos: int | None = None) -> None:
         """Forget the draft states written after the pairs (positions >= end, or >= pos)."""
@@ -230,10 +248,12 @@ class Drafter:
 
     # --- the two graphs ----------------------------------------------------------------------
 
-    def encode(self, taps: np.ndarray) -> np.ndarray:
-        """g = fc(taps) for each row (per-tap RMS first for EAGLE-3.1 fc_norm); returns a copy."""
+    def encode(self, taps: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """g = fc(taps) for each row (per-tap RMS first for EAGLE-3.1 fc_norm), copied into
+        out (a new array when None)."""
         n = taps.shape[0]
-        out = np.empty((n, self.n_embd), dtype=np.float32)
+        if out is None:
+            out = np.empty((n, self.n_embd), dtype=np.float32)
         b = self._enc_batch
         assert b.embd is not None
         k = len(self.spec.taps)
@@ -277,9 +297,10 @@ class Drafter:
         return logits, self.feedback(h)
 
     def chain_start(self, state: np.ndarray) -> None:
-        """The feedback state the next chain_next call decodes its token with."""
-        assert self._one.embd is not None
-        self._one.embd[0] = state
+        """The feedback state the next chain_next call decodes its token with (flush's is
+        already in place)."""
+        if state is not self._pending:
+            self._pending[:] = state
 
     def chain_next(self, token: int, pos: int) -> np.ndarray:
         """Decode (token, the pending state) at pos: a chain's next draft position. Returns
@@ -290,8 +311,8 @@ class Drafter:
         b.token[0] = token
         b.pos[0] = pos
         self.ctx.decode(b, "drafter decoder")
-        logits, h = self.ctx.outputs(0, self.n_embd)
-        self.feedback(h, out=b.embd[0])
+        logits, h = self.ctx.one_output(self.n_embd)
+        self.feedback(h, out=self._pending)
         return logits
 
     def decode_all(
@@ -371,7 +392,7 @@ class Drafter:
         """The target id of a logits row's best entry, read straight from llama.cpp's row:
         a reduced vocabulary's other entries are -inf, and ties go to the lower id either way,
         so it is draft_token(draft_logits(logits)) without the gather."""
-        return int(np.argmax(logits))
+        return int(logits.argmax())
 
     def draft_token(self, sub: np.ndarray) -> int:
         """The target id of the best entry of draft_logits."""
@@ -403,11 +424,16 @@ def per_tap_rms(
     """Divide each of the n_taps equal-width slices of every row by its own RMS (into out,
     [rows, width] float32, when given: a step's few rows cost a handful of numpy calls)."""
     n, w = taps.shape
-    parts = taps.astype(np.float32, copy=False).reshape(n, n_taps, w // n_taps)
-    ss = np.einsum("ijk,ijk->ij", parts, parts)  # no squared copy of the taps
-    scale = ((ss * np.float32(n_taps / w) + np.float32(eps)) ** -0.5).astype(np.float32)
+    if taps.dtype != np.float32:
+        taps = taps.astype(np.float32)
     if out is None:
         out = np.empty((n, w), dtype=np.float32)
+    parts = taps.reshape(n, n_taps, w // n_taps)
+    scale = np.einsum("ijk,ijk->ij", parts, parts)  # no squared copy of the taps
+    # in place, as few numpy calls as can be (Python floats stay float32 under NEP 50)
+    scale *= n_taps / w
+    scale += eps
+    scale **= -0.5
     assert out.flags.c_contiguous and out.dtype == np.float32  # reshaped as a view below
     np.multiply(parts, scale[:, :, None], out=out.reshape(n, n_taps, w // n_taps))
     return out

@@ -72,3 +72,66 @@ def test_header_reader_matches_gguf_py(models: dict[str, str]) -> None:
     for t in r.tensors:
         assert h.tensors[t.name].shape == tuple(int(x) for x in t.shape)
         assert h.data_offset + h.tensors[t.name].offset == t.data_offset
+
+
+def test_one_output_finds_the_state_row_after_decodes_of_any_size(agree) -> None:
+    """one_output reads only the logits' address and takes the state row's from what it saw
+    there before. Between one-row decodes come decodes and an encode of other sizes (they lay
+    llama.cpp's output buffer out again, and the largest makes it allocate a bigger one): its
+    views must still hold what llama.cpp's own getters return for that row."""
+    import localspec
+
+    from conftest import EXACT
+
+    target, draft = agree
+    with localspec.load(target, draft=draft, **EXACT) as eng:
+        dft = parts(eng).drafter
+        ctx, w = dft.ctx, dft.n_embd
+        rng = np.random.default_rng(0)
+        one, many = N.Batch(1, embd=w), N.Batch(dft.n_batch, embd=w)
+        dft.restart(0)
+        pos, addresses = 0, set()
+        for n in (1, 1, 7, 1, dft.n_batch, 1, 0, 1, 3, 1):
+            if n == 0:  # the encoder: its outputs are laid out by its row count too
+                dft.encode(rng.standard_normal((5, dft.tap_width)).astype(np.float32))
+                continue
+            b = one if n == 1 else many
+            assert b.embd is not None
+            b.token[:n] = rng.integers(0, tm.N_VOCAB, n)
+            b.embd[:n] = rng.standard_normal((n, w))
+            b.set(n, pos, all_logits=True)
+            ctx.decode(b, "test")
+            pos += n
+            if n == 1:
+                logits, h = ctx.one_output(w)
+                np.testing.assert_array_equal(h, ctx.nextn_ith(0, w))
+                np.testing.assert_array_equal(logits, ctx.logits(1)[0])
+                addresses.add(logits.ctypes.data)
+        assert len(addresses) > 1, "the output buffer never moved: the test lost its point"
+        eng.reset()
+
+
+def test_a_batch_set_after_other_layouts_is_sequence_0_with_the_outputs_asked() -> None:
+    """Batch.set rewrites the sequence and output fields only when an earlier call left them
+    otherwise: after tree and multi-sequence layouts, every row set is in sequence 0 alone,
+    with an output on every row or on the last one only."""
+    b = N.Batch(8, seqs_per_row=3)
+
+    def check(n: int, pos0: int, all_logits: bool) -> None:
+        b.set(n, pos0, all_logits=all_logits)
+        assert b.struct.n_tokens == n
+        assert b.pos[:n].tolist() == list(range(pos0, pos0 + n))
+        assert b.n_seq_id[:n].tolist() == [1] * n and b.seq_ids[:n, 0].tolist() == [0] * n
+        want = [1] * n if all_logits else [0] * (n - 1) + [1]
+        assert b.logits[:n].tolist() == want
+
+    check(3, 5, True)
+    b.set_tree(np.arange(6, dtype=np.int32), [[1, 2], [1], [2, 3], [3], [4, 5, 6], [7]])
+    check(6, 0, True)
+    check(8, 2, False)
+    check(4, 9, True)
+    b.set_rows(np.arange(5, dtype=np.int32), np.array([3, 1, 2, 0, 4], dtype=np.int32),
+               logits=np.array([0, 1, 0, 0, 1], dtype=np.int8))  # fmt: skip
+    check(5, 1, True)
+    check(1, 40, False)
+    check(7, 0, True)

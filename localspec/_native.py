@@ -385,7 +385,9 @@ class NativeContext:
         self.n_embd = model.n_embd
         self.mem = C.llama_get_memory(ptr)
         self._kept_layers: set[int] = set()
-        self.busy = 0.0  # wall seconds inside llama_decode and llama_encode so far
+        # wall seconds inside llama_decode and llama_encode so far, and in the output getters,
+        # which wait for the device
+        self.busy = 0.0
         self._views: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._row_views: dict[tuple[int, int, int], np.ndarray] = {}  # (address, rows, width)
         self._one_views: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -441,9 +443,9 @@ class NativeContext:
 
     def outputs(self, i: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Views of output row i's logits and eagle3 state (valid until the next decode). A
-        view is made once per place in llama.cpp's output buffer and then reused, so a draft
-        step pays two calls and no allocation. The first call waits for the device (llama.cpp
-        synchronises there), so its time counts as the decode's (busy)."""
+        view is made once per place in llama.cpp's output buffer and then reused, so this
+        costs two calls and no allocation (one_output: one). The first call waits for the
+        device (llama.cpp synchronises there), so its time counts as the decode's (busy)."""
         t0 = perf_counter()
         lo, h = _logits_ith_addr(self.ptr, i), _nextn_ith_addr(self.ptr, i)
         self.busy += perf_counter() - t0
@@ -458,9 +460,10 @@ class NativeContext:
 
     def one_output(self, width: int) -> tuple[np.ndarray, np.ndarray]:
         """outputs(0, width) after a decode with exactly one output row, in one call: llama.cpp
-        lays its output buffer out by max(outputs, n_seq_max) alone, so after such a decode
-        the state row sits at a fixed offset from the logits row, and the logits' address
-        (which moves whenever the buffer does) tells which state view goes with it."""
+        lays its output buffer out by max(outputs, n_seq_max) and the context's fixed flags
+        (embeddings on or off) alone, so after such a decode the state row sits at a fixed
+        offset from the logits row, and the logits' address (which moves whenever the buffer
+        does) tells which state view goes with it."""
         t0 = perf_counter()
         lo = _logits_ith_addr(self.ptr, 0)
         self.busy += perf_counter() - t0

@@ -135,19 +135,21 @@ class Drafter:
 
     def flush(self) -> tuple[np.ndarray, np.ndarray]:
         """Write the queued pairs; return the last row's logits and feedback state: the
-        distribution and input of the first draft position. Both are views, valid until the
-        next decode; the state is the one chain_next decodes with next."""
+        distribution and input of the first draft position. The logits are a view valid until
+        the next decode; the state is the one chain_next decodes with next (it changes with
+        the next chain_start, chain_next or flush)."""
         tokens = self._pair_tokens[self.end - self.start :]
         n = len(tokens)
         b = self._dec_batch
         assert b.embd is not None
         if not self._queued_g and len(self._queued_taps) == 1 and n <= self.n_batch:
             # a step's few pairs: their taps encoded straight into the decoder's batch
+            assert self._queued_taps[0].shape[0] == n, "a queued pair without its taps"
             self.encode(self._queued_taps[0], out=b.embd[:n])
-            self._queued_taps, self._n_queued_taps = [], 0
             b.token[:n] = tokens
             b.set(n, self.end, all_logits=True)
             self.ctx.decode(b, "drafter decoder")
+            self._queued_taps, self._n_queued_taps = [], 0  # kept queued if the decode failed
             last = n - 1
         else:
             self._encode_queued()

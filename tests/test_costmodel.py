@@ -362,7 +362,8 @@ def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) 
         return out
 
     price_target_decodes(monkeypatch, costly)
-    for name in ("decode", "decode_frontier", "encode", "chain_next"):
+    # flush encodes (priced) and decodes its pairs itself: one price each, as calibration's
+    for name in ("decode", "decode_frontier", "encode", "chain_next", "flush"):
         real = getattr(Drafter, name)
 
         def priced(self, *a, _real=real, **kw):

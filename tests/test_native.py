@@ -112,7 +112,7 @@ def test_one_output_finds_the_state_row_after_decodes_of_any_size(agree) -> None
                 relaid += int(abs(previous) > ctx.n_seq_max and address == last_address)
                 last_address = address
             previous = n
-        assert relaid == 3, "no one-row decode came after another layout at the same address"
+        assert relaid >= 3, "no one-row decode came after another layout at the same address"
         eng.reset()
 
 

@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -38,7 +40,7 @@ from bench_graph_taps import GRAPH_OFF, decode_costs, show_switch, switch_costs 
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
 from localspec import costmodel as cm  # noqa: E402
-from localspec.lowlevel import draft_costs, parts, verify_curve  # noqa: E402
+from localspec.lowlevel import draft_costs, hold, parts, verify_curve  # noqa: E402
 from localspec.taps import GRAPH, STAGING  # noqa: E402
 from localspec.tree import TreeShape  # noqa: E402
 
@@ -60,7 +62,10 @@ SETTINGS: list[tuple[str, dict]] = [
     ("chain 1", {"n_draft": 1, **EAGLE_ONLY}),
     ("chain 4", {"n_draft": 4, **EAGLE_ONLY}),
     ("chain 10", {"n_draft": 10, **EAGLE_ONLY}),
-    ("chain 16", {"n_draft": 16, **EAGLE_ONLY}),  # deeper than auto plans (costmodel.MAX_DEPTH)
+    ("chain 16", {"n_draft": 16, **EAGLE_ONLY}),  # the deepest auto planned before (runs 2-4)
+    # as deep as auto plans now (costmodel.MAX_DEPTH): whether that pays (agreeing drafter only)
+    ("chain 24", {"n_draft": 24, **EAGLE_ONLY}),
+    ("chain 32", {"n_draft": 32, **EAGLE_ONLY}),
     ("tree 4,2,8", {"tree": (4, 2, 8), **EAGLE_ONLY}),
     ("auto", {**EAGLE_ONLY}),
     # the target counts letters, which the n-gram index predicts as well as a drafter could
@@ -84,6 +89,7 @@ def make_models(folder: str, shape: tm.TargetShape) -> tuple[str, str, str]:
 
 
 NO_DRAFTER = "plain, no drafter"  # an engine loaded with draft=False: the true baseline
+AGREEING_ONLY = {"chain 24", "chain 32"}  # with a drafter never accepted they only cost time
 
 
 def speeds(
@@ -127,8 +133,17 @@ def speeds(
                         ("glue", st.t_glue),
                     )
                 }
+                # each round's own (the columns above are the last round's)
+                out[name].setdefault("rounds", []).append(
+                    {"ms_per_step": out[name]["ms_per_step"], "shapes": out[name]["shapes"]}
+                )
     for v in out.values():
         v["median"] = statistics.median(v["tps"])
+        # paired: each round's ratio to plain decoding in the same round (rounds minutes apart
+        # drift by several per cent on a shared machine; settings of one round do not)
+        v["paired"] = statistics.median(
+            a / b for a, b in zip(v["tps"], out["plain"]["tps"], strict=True)
+        )
     return out
 
 
@@ -167,6 +182,45 @@ def auto_view(eng: localspec.Engine, steps: int, before: tuple[int, float]) -> d
     }
 
 
+def verify_in_a_loop(eng: localspec.Engine, rows: int = 17, reps: int = 10) -> dict[str, float]:
+    """Median wall ms of a target decode of `rows` rows with logits for all, as a chain that
+    is always accepted makes them: each after the last (taps read back, taps off: nothing
+    read), and with 16 bare drafter decodes between (as a step drafts). Against the verify
+    curve's t(rows), which follows a 64-token decode each time, it tells what the decodes
+    around a verify cost it (a graph built again, the device shared). The context grows from
+    64 to about 270 tokens here; the curve's stays at 64."""
+    out: dict[str, float] = {}
+    with hold(eng) as p:
+        target, d = p.target, p.drafter
+        assert d is not None
+        hi = min(1000, target.n_vocab)
+        rng = np.random.default_rng(0)
+        one = N.Batch(1, tokens=True, embd=d.n_embd)
+        for label, taps, between in (
+            ("taps on", True, 0),
+            ("taps off", False, 0),
+            ("taps on, 16 drafter decodes between", True, 16),
+        ):
+            target.set_taps_active(taps)
+            target.keep(0)
+            target.decode([int(t) for t in rng.integers(0, hi, 64)], all_logits=False)
+            times = []
+            for _ in range(reps + 2):  # the first two warm up
+                d.ctx.clear()
+                for j in range(between):
+                    one.token[0] = int(rng.integers(0, hi))
+                    one.set(1, j, all_logits=True)
+                    d.ctx.decode(one, "drafter decoder")
+                    d.ctx.outputs(0, d.n_embd)
+                t0 = time.perf_counter()
+                target.decode([int(t) for t in rng.integers(0, hi, rows)], all_logits=True)
+                if taps:
+                    target.read_taps(rows)
+                times.append(time.perf_counter() - t0)
+            out[label] = 1e3 * statistics.median(times[2:])
+    return out
+
+
 def gpu_memory_mib() -> int | None:
     """Device memory in use (nvidia-smi), or None where there is none."""
     try:
@@ -196,12 +250,13 @@ def drafter_memory(target: str, draft: str, gpu_layers: int) -> tuple[int, int] 
 def show_speeds(title: str, res: dict) -> None:
     base = res["plain"]["median"]
     print(f"\n{title}")
-    print(f"  {'setting':<18} {'tok/s':>8} {'x plain':>8} {'tau':>6}  same as plain  "
+    print(f"  {'setting':<18} {'tok/s':>8} {'x plain':>8} {'paired':>7} {'tau':>6}  same as plain  "
           "draft ms/pos native+host  ms/step target/draft/glue  shapes run")  # fmt: skip
     for name, v in res.items():
         pos = v.get("draft_ms_per_position") or {}
         cost = f"{pos['native']:.3f}+{pos['host']:.3f}" if pos.get("native") else "-"
-        print(f"  {name:<18} {v['median']:8.1f} {v['median'] / base:8.2f} {v.get('tau', 1.0):6.2f}"
+        print(f"  {name:<18} {v['median']:8.1f} {v['median'] / base:8.2f} {v['paired']:7.3f}"
+              f" {v.get('tau', 1.0):6.2f}"
               f"  {'yes' if v['same'] else 'NO':<13}  {cost:<24}  "
               f"{'/'.join(f'{x:.2f}' for x in v['ms_per_step'].values()):<25}  "
               f"{v['shapes']}")  # fmt: skip
@@ -256,8 +311,9 @@ def main() -> None:
         drafters = {"agreeing": agree, "random": rand}
         for name in args.drafters.split(","):
             label = f"{name} drafter"
+            run = [(n, kw) for n, kw in settings if name == "agreeing" or n not in AGREEING_ONLY]
             res = speeds(target, drafters[name], args.tokens, args.rounds, args.gpu_layers,
-                         settings)  # fmt: skip
+                         run)  # fmt: skip
             show_speeds(f"{label}: {args.tokens} greedy tokens, {args.rounds} rounds", res)
             report[label] = res
             if args.json:  # after each drafter: a run cut short keeps what it measured
@@ -282,8 +338,9 @@ def cost_sections(
     show_switch(args.shape, sw)
     report["callback_switch"] = sw
     with localspec.load(target, draft=agree, n_gpu_layers=args.gpu_layers) as eng:
-        curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32], taps=True)
+        curve = verify_curve(eng, [1, 2, 3, 4, 5, 6, 8, 12, 16, 17, 24, 32, 33], taps=True)
         bare, chain = draft_costs(eng, 10, reps=30)
+        in_loop = verify_in_a_loop(eng)
     t1 = curve[1]
     print("\nverify cost t(k)/t(1), taps on: "
           + "  ".join(f"{k}: {t / t1:.2f}" for k, t in curve.items()))  # fmt: skip
@@ -291,6 +348,9 @@ def cost_sections(
     print(f"\na 10-deep chain: {1e3 * chain:.3f} ms against 10 bare drafter decodes "
           f"{10e3 * bare:.3f} ms: x{chain / (10 * bare):.2f}")  # fmt: skip
     report["chain10_ms"] = {"chain": 1e3 * chain, "bare_decode": 1e3 * bare}
+    print(f"\n17-row verify: {1e3 * curve[17]:.3f} ms after a 64-token decode (the curve); "
+          + "; ".join(f"{k}: {v:.3f} ms" for k, v in in_loop.items()))  # fmt: skip
+    report["verify17_ms"] = {"curve": 1e3 * curve[17], **in_loop}
     mem = drafter_memory(target, rand, args.gpu_layers)
     if mem is not None:
         print(f"\ndevice memory: target engine {mem[0]} MiB, the random drafter adds "

@@ -30,12 +30,13 @@ from .drafter import Drafter
 from .options import RuntimeOptions
 from .target import Target
 
-FORMAT = 4  # 4: SIZES gained MAX_DEPTH + 1
+FORMAT = 4  # 4: SIZES gained 17
 MAX_AGE_S = 7 * 24 * 3600.0
-# MAX_DEPTH + 1 (17): the deepest draft auto plans verifies that many rows. Interpolated, its
-# price is a guess that no step corrects (a size auto never runs is never observed), and on a
-# GPU t(n) moves in steps as kernels change with the batch size.
-SIZES = tuple(sorted({1, 2, 3, 4, 5, 6, 8, 12, 16, 20, 24, 28, 33, 48, 64, MAX_DEPTH + 1}))
+# 17 (a chain of 16 and the root, the deepest auto planned before chains of up to MAX_DEPTH)
+# and MAX_DEPTH + 1 (33): sizes auto runs often. Interpolated, a size's price is a guess that
+# no step corrects (a size auto never runs is never observed), and on a GPU t(n) moves in
+# steps as kernels change with the batch size.
+SIZES = tuple(sorted({1, 2, 3, 4, 5, 6, 8, 12, 16, 17, 20, 24, 28, 33, 48, 64, MAX_DEPTH + 1}))
 BUDGET_S = 10.0  # stop timing larger batches once this much cost-clock time was spent (8 s
 # before 17 rows were timed too: a compute-bound CPU still reaches the n-gram sizes, 28 and 33)
 ALWAYS = 33  # sizes up to this are timed (n-gram drafts of up to 32 tokens, the root)

@@ -32,7 +32,11 @@ import numpy as np
 from .tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 
 N_RANKS = MAX_TOP_K  # rank buckets 0..7; bucket 8 is "not among the drafter's top 8"
-MAX_DEPTH = 16  # deepest draft auto considers
+MAX_DEPTH = 32  # deepest EAGLE chain auto considers (as deep as an n-gram draft)
+# deepest tree of width > 1: past it only an almost always accepted drafter gains, and there
+# a chain's nodes are worth more than siblings; the search's cost grows with the depth of
+# wide trees (twice the time at 32)
+MAX_TREE_DEPTH = 16
 TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
 HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
@@ -205,7 +209,10 @@ class Acceptance:
         above); first_rank0 overrides P(rank 0) at depth 0 (for the optimistic bound)."""
         out = np.empty_like(self.counts)
         prior = _PRIOR0
-        for d in range(MAX_DEPTH):
+        # past the deepest depth with evidence each depth is the one above: no loop there
+        seen = np.flatnonzero(self.counts.any(axis=1))
+        last = int(seen[-1]) if seen.size else 0
+        for d in range(last + 1):
             c = self.counts[d]
             p = (c + PRIOR_WEIGHT * prior) / (c.sum() + PRIOR_WEIGHT)
             if d == 0 and first_rank0 is not None:
@@ -213,6 +220,7 @@ class Acceptance:
                 p = np.concatenate([[first_rank0], rest])
             out[d] = p
             prior = p
+        out[last + 1 :] = prior
         return out
 
     def first_rank0_bound(self) -> float:
@@ -520,14 +528,14 @@ class CostModel:
         best = Plan(None, 1.0, self.step_time(None))
         # never a verify batch larger than one measured: an extrapolated cost is a guess
         max_nodes = min(self.max_nodes, self.verify.max_measured - 1)
-        max_depth = min(MAX_DEPTH, budget, max_nodes)
-        if max_depth < 1:
+        if min(MAX_DEPTH, budget, max_nodes) < 1:
             return best
         verify = self.verify.table(max_nodes + 1)  # t(0..max_nodes + 1), cached
-        depths = np.arange(max_depth)  # drafting D deep costs D - 1 expansions
         for k in top_ks:
             if k not in self.expand:  # widths the engine cannot draft were not calibrated
                 continue
+            max_depth = min(MAX_DEPTH if k == 1 else MAX_TREE_DEPTH, budget, max_nodes)
+            depths = np.arange(max_depth)  # drafting D deep costs D - 1 expansions
             gains = expected_gains(p, k, max_depth, max_nodes)
             fixed = self.flush.value + self.glue["chain" if k == 1 else "tree"].value
             times = verify[None, 2:] + (fixed + depths * self.expand[k].value)[:, None]

@@ -92,6 +92,9 @@ class Drafter:
         self._queued_g: list[np.ndarray] = []  # encoded rows of queued pairs
         self._queued_taps: list[np.ndarray] = []  # ... then taps not yet encoded
         self._n_queued_taps = 0
+        # frontier sequences that may hold cells: llama.cpp's sequence calls scan every cell
+        # of the cache (as long as the target's), so an empty sequence is not dropped again
+        self._branched: set[int] = set()
 
     def _check_loaded(self, target: Target) -> None:
         if self.model.n_embd != self.spec.n_embd:
@@ -170,6 +173,7 @@ class Drafter:
         """An empty cache whose first pair will sit at pos (after a stretch without taps, the
         drafter restarts from there and attends only to what follows)."""
         self.ctx.clear()
+        self._branched.clear()
         self.start = self.end = pos
         self._pair_tokens = []
         self._queued_g, self._queued_taps, self._n_queued_taps = [], [], 0
@@ -335,12 +339,17 @@ class Drafter:
 
     def branch(self, parent_seq: int, seq: int) -> None:
         """Make seq hold exactly what parent_seq holds (a frontier node's ancestors)."""
-        self.ctx.seq_drop(seq)
+        if seq in self._branched:
+            self.ctx.seq_drop(seq)
+        self._branched.add(seq)
         self.ctx.seq_cp(parent_seq, seq)
 
     def drop_branches(self, seqs: Sequence[int]) -> None:
+        """Empty these frontier sequences (those branched since they were last emptied)."""
         for s in seqs:
-            self.ctx.seq_drop(s)
+            if s in self._branched:
+                self.ctx.seq_drop(s)
+                self._branched.discard(s)
 
     def decode_frontier(
         self, tokens: list[int], embd: np.ndarray, pos: int, seqs: list[int]

@@ -63,15 +63,18 @@ def test_flat_verification_and_an_agreeing_drafter_pick_a_long_chain() -> None:
 H200_15B = {1: 1.0, 2: 1.22, 4: 1.16, 6: 1.24, 8: 1.36, 12: 1.79, 16: 1.79, 24: 1.91, 32: 2.04}
 
 
-def test_an_agreeing_drafter_on_the_h200s_curve_drafts_sixteen_deep() -> None:
-    """There a fixed chain of 16 ran 3.36x plain against chain 10's 2.66x: auto must be able
-    to plan past 10 (MAX_DEPTH), pricing drafting at the H200's 0.22 ms a position."""
+def test_an_agreeing_drafter_on_the_h200s_curve_drafts_as_deep_as_was_measured() -> None:
+    """There a fixed chain of 16 ran 3.36x plain against chain 10's 2.66x: on a curve this
+    flat every further position a perfect drafter drafts pays (0.22 ms against a 1.7 ms
+    plain step), so auto plans as deep as the curve was measured (32 rows: 31 drafts and the
+    root), which only a MAX_DEPTH past 16 allows."""
     times = {n: 1.7e-3 * r for n, r in H200_15B.items()}
     m = cm.CostModel(cm.VerifyCurve(times), {k: 0.22e-3 * k for k in cm.TOP_KS}, flush=0.3e-3)
     feed(m, [1.0, 0, 0, 0])
     plan = m.plan(budget=100)
-    assert plan.shape == cm.TreeShape(16, 1, 16), plan
-    assert plan.tokens > 15
+    assert plan.shape == cm.TreeShape(31, 1, 31), plan
+    assert plan.tokens > 30
+    assert m.plan(budget=12).shape == cm.TreeShape(12, 1, 12)  # the budget still caps it
 
 
 def test_asleep_a_hopeless_plan_is_searched_again_only_when_a_probe_would_pay() -> None:
@@ -140,12 +143,15 @@ def test_asleep_a_cost_that_moved_since_the_search_brings_a_new_one() -> None:
     assert m.searches == searched + 2
 
 
-def test_a_shape_met_after_another_size_or_dearer_than_a_bigger_one_is_not_priced_by_it() -> None:
+def test_a_shape_met_after_another_size_or_dearer_than_a_bigger_one_is_not_priced_by_it(
+    monkeypatch,
+) -> None:
     """On the H200 (1.5B shape) auto's chain-16 verifies came mostly right after other sizes,
     when llama.cpp builds its graph again: t(17) was learnt at 7.65 ms against 5.4 ms repeated,
     above the interpolated t(20), and auto drafted 20-row trees at 2.3x plain where the fixed
     chain ran 3.1x. Such decodes do not teach a size already measured, and a size priced above
-    a bigger one is priced as the bigger one."""
+    a bigger one is priced as the bigger one. (Auto planned at most 16 deep then.)"""
+    monkeypatch.setattr(cm, "MAX_DEPTH", 16)
     ratios = H200_15B | {17: 1.8, 20: 1.85}  # calibration times sizes 17 and 20 too
     times = {n: 1.7e-3 * r for n, r in ratios.items()}
     m = cm.CostModel(cm.VerifyCurve(times), {k: 0.25e-3 * (1 + 0.1 * k) for k in cm.TOP_KS},
@@ -208,7 +214,8 @@ def test_the_search_finds_what_pricing_every_shape_finds(seed: int) -> None:
     max_nodes = min(m.max_nodes, m.verify.max_measured - 1)
     rates = [1.0 / m.step_time(None)]
     for k in cm.TOP_KS:
-        for depth in range(1, min(cm.MAX_DEPTH, budget, max_nodes) + 1):
+        deepest = cm.MAX_DEPTH if k == 1 else cm.MAX_TREE_DEPTH
+        for depth in range(1, min(deepest, budget, max_nodes) + 1):
             vals = cm.expected_lengths(p, k, depth)[depth - 1]
             sizes = [depth] if k == 1 else range(depth, min(vals.size, max_nodes) + 1)
             for n in sizes:
@@ -390,7 +397,7 @@ def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
         clock = inject_costs(monkeypatch, eng, lambda n: 15e-3)  # a GPU-like flat curve
         eng.complete("abcdefgh", max_tokens=8)  # calibrates
         t0 = clock.t
-        auto = eng.complete("abcdefgh", max_tokens=150)
+        auto = eng.complete("abcdefgh", max_tokens=600)
         spent = clock.t - t0
         assert_greedy_lossless(eng, "abcdefgh", auto)
     st = auto.stats
@@ -404,19 +411,20 @@ def test_engine_drafts_deep_when_verification_is_flat_and_the_drafter_agrees(
 
 def test_the_deepest_chain_is_priced_by_its_own_calibrated_decode(agree, monkeypatch) -> None:
     """A GPU's t(n) moves in steps as its kernels change with the batch size. Here verifying
-    costs the same up to 17 rows (the deepest chain auto plans, 16 drafts and the root) and
-    twice as much past them: a calibration that skipped 17 rows and interpolated it from 16
-    and 20 would price chain 16 a quarter dearer and never run it to learn otherwise."""
-    assert cm.MAX_DEPTH + 1 in SIZES
+    costs the same up to 17 rows (a chain of 16 and the root, a shape auto runs often) and
+    three times as much past them: a calibration that skipped 17 rows and interpolated it
+    from 16 and 20 would price chain 16 far dearer and never run it to learn otherwise. (The
+    deepest chain, 32 and the root, is timed in any case: n-gram drafts are that long.)"""
+    assert {17, cm.MAX_DEPTH + 1} <= set(SIZES)
     with localspec.load(agree[0], draft=agree[1], **EXACT, draft_source="eagle") as eng:
-        inject_costs(monkeypatch, eng, lambda n: 15e-3 if n <= cm.MAX_DEPTH + 1 else 30e-3)
+        inject_costs(monkeypatch, eng, lambda n: 15e-3 if n <= 17 else 45e-3)
         eng.complete("abcdefgh", max_tokens=8)  # calibrates
         auto = eng.complete("abcdefgh", max_tokens=200)
         assert_greedy_lossless(eng, "abcdefgh", auto)
     st = auto.stats
     nodes = {s: int(re.search(r"(\d+)$", s).group()) for s in st.shapes if s != "plain"}
-    deepest = sum(n for s, n in st.shapes.items() if nodes.get(s) == cm.MAX_DEPTH)
-    assert deepest >= 0.5 * st.steps, st.shapes
+    sixteen = sum(n for s, n in st.shapes.items() if nodes.get(s) == 16)
+    assert sixteen >= 0.5 * st.steps, st.shapes
 
 
 def burn_costs(monkeypatch, verify, stall) -> None:
@@ -539,3 +547,28 @@ def test_a_calibrated_time_above_a_larger_sizes_is_noise() -> None:
     monotone: a draft is then never priced below what it adds."""
     c = cm.VerifyCurve({1: 204e-3, 2: 16e-3, 3: 20e-3, 4: 19e-3, 5: 30e-3})
     assert [c(n) for n in (1, 2, 3, 4, 5)] == pytest.approx([16e-3, 16e-3, 19e-3, 19e-3, 30e-3])
+
+
+def test_rank_distributions_past_the_deepest_evidence_are_the_full_recurrences() -> None:
+    """Past the deepest depth with counts the recurrence is not run (each depth equals the
+    one above there); every depth must equal the recurrence run over all MAX_DEPTH depths."""
+
+    def full(a: cm.Acceptance, first: float | None) -> np.ndarray:
+        out, prior = np.empty_like(a.counts), cm._PRIOR0
+        for d in range(cm.MAX_DEPTH):
+            c = a.counts[d]
+            p = (c + cm.PRIOR_WEIGHT * prior) / (c.sum() + cm.PRIOR_WEIGHT)
+            if d == 0 and first is not None:
+                p = np.r_[first, p[1:] * (1 - first) / p[1:].sum()]
+            out[d] = prior = p
+        return out
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        a = cm.Acceptance()
+        deepest = int(rng.integers(0, cm.MAX_DEPTH + 1))
+        for _ in range(int(rng.integers(0, 60)) if deepest else 0):
+            a.observe(int(rng.integers(0, deepest)), int(rng.integers(0, cm.N_RANKS + 1)))
+        a.advance(int(rng.integers(0, 600)))  # faded counts
+        for first in (None, 0.3):
+            np.testing.assert_allclose(a.probabilities(first), full(a, first), rtol=1e-12)

@@ -43,7 +43,7 @@ def test_plain_on_a_cpu_curve_is_explained_by_its_numbers() -> None:
     # the quoted chain is the one needing the least acceptance, from the model's own costs
     plain = m.step_time(None)
     needs = {}
-    for k in range(1, cm.MAX_DEPTH + 1):
+    for k in range(1, min(cm.MAX_DEPTH, m.verify.max_measured - 1) + 1):
         r = m.step_time(cm.TreeShape(k, 1, k)) / plain
         needs[k] = cm.break_even(r, k)
     feasible = {k: a for k, a in needs.items() if a is not None}

@@ -144,13 +144,13 @@ def test_a_drafter_asleep_because_other_sources_won_wakes_when_it_would_win() ->
 
 
 def steps_until_woken(agreeing: bool, n: int = 300, drafts: int = 60) -> tuple[int | None, int]:
-    """A drafter sent to sleep because calibration caught plain decoding at 0.8 ms of its 10
+    """A drafter sent to sleep because calibration caught plain decoding at 0.5 ms of its 10
     (a noisy reading: no draft could beat it), then plain steps at the true cost. Its
     acceptance so far: always right (agreeing) or never. (The step it was woken at, or None
     within n steps; the searches and reuses of the cost model's plan meanwhile.)"""
     curve = {n: 10e-3 * (1 + 0.02 * n) for n in (1, 2, 4, 8, 16, 24, 33)}  # GPU-like
     sched = Scheduler(has_drafter=True, max_tree=30, max_top_k=4)
-    ready = cm.ReadyCosts(10.2e-3, 0.8e-3, 2e-3)
+    ready = cm.ReadyCosts(10.2e-3, 0.5e-3, 2e-3)
     sched.calibrated(Calibration(curve, {1: 0.3e-3, 2: 0.35e-3, 4: 0.4e-3}, 0.4e-3, ready))
     cost = sched.cost
     assert cost is not None
@@ -167,7 +167,7 @@ def steps_until_woken(agreeing: bool, n: int = 300, drafts: int = 60) -> tuple[i
     cost.plan = counted  # type: ignore[method-assign]
     sched.start(Mode("auto"))
     plan = sched.plan(100, 1000, None)
-    assert plan.sleep and cost.hopeless  # nothing beats a 0.8 ms plain step
+    assert plan.sleep and cost.hopeless  # nothing beats a 0.5 ms plain step
     for step in range(1, n + 1):
         costs = StepCosts(verify=10e-3, flush=0.0, draft=0.0, lookup=0.0, build=0.0,
                           feed=0.0, glue=30e-6)  # fmt: skip

@@ -290,3 +290,55 @@ def test_chains_draft_the_same_with_or_without_ranks(models, tmp_path) -> None:
                 ids = parts(eng).drafter.draft_ids(np.zeros(1, np.float32))
                 assert ids is not None and len(ids) == 96  # the reduced path ran
             eng.reset()
+
+
+def test_each_tree_nodes_drafter_row_is_its_lone_paths(engines) -> None:
+    """Independent reference for the drafter's side of a tree: the row kept for every expanded
+    node equals the drafter's row after drafting that node's path alone as a chain (one pair
+    at a time in sequence 0). Four levels deep, the frontier sequences are reused, so a
+    sequence left holding another node's ancestors would show here; afterwards every frontier
+    sequence is empty, and the first level's sequences, empty before, were not dropped again
+    (llama.cpp's sequence calls scan the whole cache)."""
+    from localspec.eagle_source import _draft_tree
+
+    eng = engines["eagle3.1"]  # norm_output: the fed-back state is normalised too
+    d = parts(eng).drafter
+    shape = TreeShape(4, 3, 14)
+    for prompt in PROMPTS[:2]:
+        eng.reset()
+        gen = Generation(
+            parts(eng), eng.tokenize(prompt), lock=lambda g: contextlib.nullcontext(),
+            totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+            seed=0, stops=[], mode=Mode("tree", shape),
+        )  # fmt: skip
+        gen.prefill()
+        logits, h = d.flush()
+        start = (logits.copy(), h.copy())
+        calls: list[str] = []
+        for name in ("seq_drop", "seq_cp"):
+            real = getattr(d.ctx, name)
+            setattr(d.ctx, name, lambda *a, _r=real, _n=name, _c=calls: (_c.append(_n), _r(*a))[1])
+        try:
+            tree = _draft_tree(d, start, shape, [], ranks=True)
+        finally:
+            del d.ctx.seq_drop, d.ctx.seq_cp
+        d.rewind()
+        # nodes of level 3, decoded in reused sequences, are among those checked
+        assert any(tree.depths[n] == 3 for n in tree.scores if n >= 0), tree.depths
+        assert all(d.ctx.seq_pos_max(s) == -1 for s in range(1, 2 * shape.top_k + 1))
+        # levels 1-3 branch 3 sequences each; only level 3's held cells before (it reuses
+        # level 1's), and the 6 sequences used are emptied at the end
+        assert calls.count("seq_cp") == 9 and calls.count("seq_drop") == 3 + 6, calls
+        for node, scores in tree.scores.items():
+            path, i = [], node
+            while i >= 0:
+                path.append(tree.tokens[i])
+                i = tree.parents[i]
+            d.chain_start(start[1])
+            row = start[0]
+            for j, tok in enumerate(reversed(path)):
+                row = d.chain_next(tok, d.end + j)
+            want = d.draft_logits(row)
+            d.rewind()
+            np.testing.assert_allclose(scores._logits, want, atol=2e-4, rtol=1e-4)
+    eng.reset()

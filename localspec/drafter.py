@@ -308,17 +308,19 @@ class Drafter:
         if state is not self._pending:
             self._pending[:] = state
 
-    def chain_next(self, token: int, pos: int) -> np.ndarray:
+    def chain_next(self, token: int, pos: int, *, feed: bool = True) -> np.ndarray:
         """Decode (token, the pending state) at pos: a chain's next draft position. Returns
         its logits (a view, valid until the next decode) and keeps its feedback state pending
-        for the next call, so a chain step allocates nothing and copies one state row."""
+        for the next call, so a chain step allocates nothing and copies one state row.
+        feed=False: no call follows (the chain's last position), so no state is made."""
         b = self._one
         assert b.embd is not None
         b.token[0] = token
         b.pos[0] = pos
         self.ctx.decode(b, "drafter decoder")
         logits, h = self.ctx.one_output(self.n_embd)
-        self.feedback(h, out=self._pending)
+        if feed:  # the norm's numpy calls are a third of a position's host time
+            self.feedback(h, out=self._pending)
         return logits
 
     def decode_all(

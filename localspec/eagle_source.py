@@ -85,8 +85,8 @@ class EagleSource:
                 tree.scores[j - 1] = Scores(sub, d.draft_index)
             if q is not None:
                 tree.q[node] = q
-            if j < k - 1:
-                logits = d.chain_next(tok, pos + j)
+            if j < k - 1:  # the last decode's state would feed no further position
+                logits = d.chain_next(tok, pos + j, feed=j < k - 2)
         tree.spine[EAGLE] = list(range(k))
         return tree
 
@@ -185,6 +185,8 @@ def _draft_tree(
                 cand_depth.append(d + 1)
                 cand_parent.append(c)
                 cand_tok.append(int(tok[j, i]))
+        if d == shape.depth - 1:  # no next frontier to decode: no states to feed it
+            break
         best = np.argsort(-child_lp, kind="stable")[:k]
         frontier = [first + int(b) for b in best]
         for i, b in enumerate(best):  # in place: the batch holds a copy of the last level's

@@ -342,3 +342,42 @@ def test_each_tree_nodes_drafter_row_is_its_lone_paths(engines) -> None:
             d.rewind()
             np.testing.assert_allclose(scores._logits, want, atol=2e-4, rtol=1e-4)
     eng.reset()
+
+
+def test_no_feedback_state_is_made_for_a_position_nothing_decodes(engines, monkeypatch) -> None:
+    """A chain of k makes k - 1 feedback states (flush's and those of the first k - 2 chain
+    steps: the last step's state would feed no position); a tree D deep makes states for
+    the frontiers of levels 1..D-2 only. The drafts are as before (every test above)."""
+    from localspec.eagle_source import _draft_tree
+
+    eng = engines["eagle3.1"]  # norm_output: the feedback is a norm, worth skipping
+    d = parts(eng).drafter
+    made = [0]
+    real = d.feedback
+    monkeypatch.setattr(
+        d, "feedback", lambda *a, **kw: (made.__setitem__(0, made[0] + 1), real(*a, **kw))[1]
+    )
+    for k in (1, 2, 5):
+        eng.reset()
+        gen = Generation(
+            parts(eng), eng.tokenize(PROMPTS[0]), lock=lambda g: contextlib.nullcontext(),
+            totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+            seed=0, stops=[], mode=Mode("chain", TreeShape(k, 1, k)),
+        )  # fmt: skip
+        gen.prefill()
+        made[0] = 0
+        tree = parts(eng).state.draft(DraftRequest(TreeShape(k, 1, k)), np.random.default_rng(0))
+        assert len(tree) == k and made[0] == max(k - 1, 1), (k, made[0])  # flush makes one
+    eng.reset()
+    gen = Generation(
+        parts(eng), eng.tokenize(PROMPTS[0]), lock=lambda g: contextlib.nullcontext(),
+        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
+        seed=0, stops=[], mode=Mode("tree", TreeShape(4, 3, 14)),
+    )  # fmt: skip
+    gen.prefill()
+    start = d.flush()
+    made[0] = 0
+    _draft_tree(d, (start[0].copy(), start[1].copy()), TreeShape(4, 3, 14), [], ranks=False)
+    d.rewind()
+    assert made[0] == 3 * 2  # levels 1 and 2 feed the frontiers of levels 2 and 3
+    eng.reset()

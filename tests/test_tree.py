@@ -103,15 +103,21 @@ def test_tree_node_logits_equal_lone_path_decodes(engines) -> None:
     eng.reset()
 
 
-def _draft(eng, prompt: str, shape: TreeShape, ranks: bool):  # type: ignore[no-untyped-def]
-    """One step's draft of shape after prompt, straight from the engine's parts."""
+def _prefilled(eng, prompt: str, mode: Mode) -> None:  # type: ignore[no-untyped-def]
+    """The engine's caches emptied, then prompt prefilled by hand (outside the engine's calls),
+    so a step's draft can be driven straight from its parts."""
     eng.reset()
     gen = Generation(
         parts(eng), eng.tokenize(prompt), lock=lambda g: contextlib.nullcontext(),
         totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-        seed=0, stops=[], mode=Mode("tree", shape),
+        seed=0, stops=[], mode=mode,
     )  # fmt: skip
     gen.prefill()
+
+
+def _draft(eng, prompt: str, shape: TreeShape, ranks: bool):  # type: ignore[no-untyped-def]
+    """One step's draft of shape after prompt, straight from the engine's parts."""
+    _prefilled(eng, prompt, Mode("tree", shape))
     return parts(eng).state.draft(DraftRequest(shape, ranks=ranks), np.random.default_rng(0))
 
 
@@ -305,13 +311,7 @@ def test_each_tree_nodes_drafter_row_is_its_lone_paths(engines) -> None:
     d = parts(eng).drafter
     shape = TreeShape(4, 3, 14)
     for prompt in PROMPTS[:2]:
-        eng.reset()
-        gen = Generation(
-            parts(eng), eng.tokenize(prompt), lock=lambda g: contextlib.nullcontext(),
-            totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-            seed=0, stops=[], mode=Mode("tree", shape),
-        )  # fmt: skip
-        gen.prefill()
+        _prefilled(eng, prompt, Mode("tree", shape))
         logits, h = d.flush()
         start = (logits.copy(), h.copy())
         calls: list[str] = []
@@ -358,23 +358,11 @@ def test_no_feedback_state_is_made_for_a_position_nothing_decodes(engines, monke
         d, "feedback", lambda *a, **kw: (made.__setitem__(0, made[0] + 1), real(*a, **kw))[1]
     )
     for k in (1, 2, 5):
-        eng.reset()
-        gen = Generation(
-            parts(eng), eng.tokenize(PROMPTS[0]), lock=lambda g: contextlib.nullcontext(),
-            totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-            seed=0, stops=[], mode=Mode("chain", TreeShape(k, 1, k)),
-        )  # fmt: skip
-        gen.prefill()
+        _prefilled(eng, PROMPTS[0], Mode("chain", TreeShape(k, 1, k)))
         made[0] = 0
         tree = parts(eng).state.draft(DraftRequest(TreeShape(k, 1, k)), np.random.default_rng(0))
         assert len(tree) == k and made[0] == max(k - 1, 1), (k, made[0])  # flush makes one
-    eng.reset()
-    gen = Generation(
-        parts(eng), eng.tokenize(PROMPTS[0]), lock=lambda g: contextlib.nullcontext(),
-        totals=eng.stats, max_tokens=8, sampling=SamplingParams(),
-        seed=0, stops=[], mode=Mode("tree", TreeShape(4, 3, 14)),
-    )  # fmt: skip
-    gen.prefill()
+    _prefilled(eng, PROMPTS[0], Mode("tree", TreeShape(4, 3, 14)))
     start = d.flush()
     made[0] = 0
     _draft_tree(d, (start[0].copy(), start[1].copy()), TreeShape(4, 3, 14), [], ranks=False)

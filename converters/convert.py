@@ -300,6 +300,7 @@ def convert(
         fc_norm=dc.flags["fc_norm"],
         fc_norm_eps=dc.rms_eps,
         norm_output=first.flag_dict["norm_output"],
+        attention_window=dc.attention_window,
     )
     name = f"EAGLE drafter ({dc.family.name}) for {os.path.basename(target)}"
     draft_vocab = int(tensors[K.T_D2T].shape[0]) if K.T_D2T in tensors else None

@@ -39,6 +39,7 @@ class Eagle3Config:
     fc_norm: bool = False
     fc_norm_eps: float | None = None
     norm_output: bool = False
+    attention_window: int | None = None  # rows per training window, when known
 
 
 @dataclass
@@ -117,6 +118,8 @@ def write_eagle3_gguf(
             w.add_bool(K.FC_NORM, cfg.fc_norm)
             w.add_float32(K.FC_NORM_EPS, eps)
             w.add_bool(K.NORM_OUTPUT, cfg.norm_output)
+            if cfg.attention_window is not None:
+                w.add_uint32(K.ATTENTION_WINDOW, cfg.attention_window)
             w.add_string(K.TARGET_ARCH, rec.architecture)
             w.add_uint32(K.TARGET_BLOCK_COUNT, rec.block_count)
             w.add_uint32(K.TARGET_EMBEDDING_LENGTH, rec.embedding_length)

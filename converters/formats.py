@@ -190,6 +190,7 @@ class DrafterConfig:
     rope_scaling: dict[str, Any] | None = None  # llama3 scaling, written as rope_freqs
     absent: tuple[str, ...] = ()  # flags the config does not set (their values are defaults)
     notes: list[str] = field(default_factory=list)  # what the user should know
+    attention_window: int | None = None  # rows per training window (localspec train records it)
 
 
 def _archs(cfg: dict[str, Any]) -> list[str]:
@@ -231,6 +232,16 @@ def detect_family(cfg: dict[str, Any]) -> Family:
         "TorchSpec, ModelOpt), Eagle3LlamaForCausalLM (AngelSlim) or Eagle3Speculator "
         "(speculators) checkpoint"
     )
+
+
+def _training_window(cfg: dict[str, Any]) -> int | None:
+    """The rows per window `localspec train` trained over (older runs did not record it)."""
+    window = cfg["localspec"].get("window")
+    if window is None:
+        return None
+    if not isinstance(window, int) or isinstance(window, bool) or window < 2:
+        raise CheckpointError(f"the localspec record's window must be an integer >= 2: {window!r}")
+    return window
 
 
 def _tap_ids(cfg: dict[str, Any], layer: dict[str, Any], family: Family) -> list[int] | None:
@@ -315,6 +326,7 @@ def parse_config(cfg: dict[str, Any]) -> DrafterConfig:
         flags=flags,
         rope_scaling=scaling if kind == "llama3" else None,
         absent=tuple(absent),
+        attention_window=_training_window(cfg) if family is LOCALSPEC else None,
     )
     if family.ignores_target_hidden and target_hidden:
         dc.notes.append(

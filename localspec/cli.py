@@ -122,6 +122,14 @@ def _add_cache_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time this machine again for auto instead of using the stored calibration",
     )
+    p.add_argument(
+        "--draft-window",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the drafter attends over the last N pairs of the history (default: the window "
+        "it was trained over, as its GGUF records it, else all; 0: all)",
+    )
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,6 +140,7 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "n_gpu_layers": args.gpu_layers,
         "kv_type": args.kv_type,
         "flash_attn": args.flash_attn,
+        "draft_window": args.draft_window,
         "recalibrate": args.recalibrate,
     }
 
@@ -816,6 +825,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         n_gpu_layers=args.gpu_layers,
         kv_type=args.kv_type,
         flash_attn=check_flash_attn(args.flash_attn),
+        draft_window=args.draft_window,
     ).checked()
     if not stdin_is_terminal():
         # the app reads keys from a terminal; without one it would wait forever
@@ -849,6 +859,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         engine_kwargs={
             "kv_type": args.kv_type,
             "flash_attn": args.flash_attn,
+            "draft_window": args.draft_window,
             "recalibrate": args.recalibrate,
         },
     )

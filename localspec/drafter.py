@@ -11,6 +11,14 @@ g[P] = fc(taps of target position P). Positions [start, end) are written; pairs 
 in a queue with their taps not yet encoded, so steps that do not draft cost the drafter nothing.
 The queue's last pair is (last, g[n-1]) for the target's chosen-but-undecoded token, whose
 decoder output is the first draft. Positions from ``end`` on are scratch for draft states.
+
+An attention window (the rows a drafter was trained over, or the user's choice) limits what
+drafts attend to: sequence 0 then holds only the last ``window`` pairs, and one more sequence,
+the history, every pair before them (the cells are shared, not copied; pairs join it when
+they leave the window or a session is saved, so a short history makes no extra call). So the
+window can move back after an edit, and a saved session holds the whole history. A drafter
+trained on 512-row windows spreads its attention over 1-3k rows of history unlike over
+anything it learnt from; the window gives it what it was trained on.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import numpy as np
 
 from . import _native as N
 from .drafter_spec import DrafterSpec
-from .errors import ModelFileError, PairMismatchError, SessionStateError
+from .errors import InvalidParameterError, ModelFileError, PairMismatchError, SessionStateError
 from .options import RuntimeOptions
 from .target import Target, vocab_fingerprint
 
@@ -39,19 +47,33 @@ class DrafterState:
     pair_tokens: list[int]  # the token of every pair from start on
     queued_g: np.ndarray  # [rows, n_embd] encoded pairs after end, not yet written
     queued_taps: np.ndarray  # [rows, tap width] then taps not yet encoded
-    memory: np.ndarray  # llama.cpp's bytes for sequence 0: the written pairs (uint8)
+    memory: np.ndarray  # llama.cpp's bytes for the written pairs' sequence (uint8)
 
 
 class Drafter:
     """A loaded drafter bound to its target's context (it may borrow embeddings and head)."""
 
     def __init__(
-        self, spec: DrafterSpec, target: Target, rt: RuntimeOptions, *, n_seq_max: int = 1
+        self,
+        spec: DrafterSpec,
+        target: Target,
+        rt: RuntimeOptions,
+        *,
+        n_seq_max: int = 1,
+        window: int | None = None,
     ) -> None:
-        """n_seq_max: KV sequences for a draft tree's frontier (1: chains only)."""
+        """n_seq_max: KV sequences for a draft tree's frontier (1: chains only). window: the
+        pairs drafts attend to, the latest ones (None: all)."""
         rt = rt.checked()
         spec.check_pair(target)
+        if window is not None and window < 1:
+            raise InvalidParameterError(
+                f"the drafter's attention window must be >= 1, got {window}"
+            )
         self.spec = spec
+        self.window = window
+        # the sequence holding every written pair: 0, or with a window one after the frontier's
+        self._hist = n_seq_max if window is not None else 0
         # read before loading anything: a bad norm tensor must not leak a model and context
         self._out_norm = spec.output_norm_weight() if spec.norm_output else None
         self.n_batch = min(rt.draft_batch, rt.n_batch)
@@ -67,7 +89,7 @@ class Drafter:
                 flash_attn=rt.flash_attn,
                 ctx_other=target.ctx,
                 embeddings_nextn=True,
-                n_seq_max=n_seq_max,
+                n_seq_max=self._hist + 1 if window is not None else n_seq_max,
             )
         except BaseException:
             self.model.close()
@@ -92,6 +114,8 @@ class Drafter:
         self._queued_g: list[np.ndarray] = []  # encoded rows of queued pairs
         self._queued_taps: list[np.ndarray] = []  # ... then taps not yet encoded
         self._n_queued_taps = 0
+        self._win_from = 0  # with a window: the first pair sequence 0 holds
+        self._hist_to = 0  # ... and the history sequence holds the pairs before this one
         # frontier sequences that may hold cells: llama.cpp's sequence calls scan every cell
         # of the cache (as long as the target's), so an empty sequence is not dropped again
         self._branched: set[int] = set()
@@ -145,7 +169,8 @@ class Drafter:
         n = len(tokens)
         b = self._dec_batch
         assert b.embd is not None
-        if not self._queued_g and len(self._queued_taps) == 1 and n <= self.n_batch:
+        outside = 0 if self.window is None else self._slide(self.end + n)
+        if not outside and not self._queued_g and len(self._queued_taps) == 1 and n <= self.n_batch:
             # a step's few pairs: their taps encoded straight into the decoder's batch
             assert self._queued_taps[0].shape[0] == n, "a queued pair without its taps"
             self.encode(self._queued_taps[0], out=b.embd[:n])
@@ -158,12 +183,47 @@ class Drafter:
             self._encode_queued()
             q = self._queued_g
             g = np.concatenate(q) if len(q) > 1 else q[0]
-            for i in self._decode_chunks(tokens, g, self.end):
-                last = n - 1 - i  # the last row's index within the final chunk
+            if outside:  # pairs the window has already passed: the history's alone
+                self._write_history(tokens[:outside], g[:outside], self.end)
+            for i in self._decode_chunks(tokens[outside:], g[outside:], self.end + outside):
+                last = n - outside - 1 - i  # the last row's index within the final chunk
             self._queued_g = []
         self.end += n
         logits, h = self.ctx.outputs(last, self.n_embd)
         return logits, self.feedback(h, out=self._pending)
+
+    def _slide(self, new_end: int) -> int:
+        """Make sequence 0 hold the written pairs from new_end - window on, for pairs to be
+        written up to new_end; return how many of those fall before the window."""
+        assert self.window is not None
+        cut = max(self.start, new_end - self.window)
+        if cut > self._win_from and self._win_from < self.end:  # they stay in the history
+            self._to_history(min(cut, self.end))
+            self.ctx.seq_rm(self._win_from, min(cut, self.end), seq=0)
+        elif cut < self._win_from:  # moved back (an edit): the history has them
+            self.ctx.seq_cp(self._hist, 0, cut, self._win_from)
+        if cut > self.end:  # the history then takes the pairs before the window
+            self._to_history(self.end)
+            self._hist_to = cut
+        self._win_from = cut
+        return max(0, cut - self.end)
+
+    def _to_history(self, pos: int) -> None:
+        """Make the history sequence hold every written pair before pos."""
+        if self._hist != 0 and self._hist_to < pos:
+            self.ctx.seq_cp(0, self._hist, self._hist_to, pos)
+            self._hist_to = pos
+
+    def _write_history(self, tokens: Sequence[int], embd: np.ndarray, pos0: int) -> None:
+        """Decode pairs into the history sequence alone (outside the window)."""
+        b = self._dec_batch
+        assert b.embd is not None
+        for i in range(0, len(tokens), self.n_batch):
+            m = min(self.n_batch, len(tokens) - i)
+            b.token[:m] = tokens[i : i + m]
+            b.embd[:m] = embd[i : i + m]
+            b.set_rows(np.arange(pos0 + i, pos0 + i + m), np.full(m, self._hist))
+            self.ctx.decode(b, "drafter decoder")
 
     def rewind(self, pos: int | None = None) -> None:
         """Forget the draft states written after the pairs (positions >= end, or >= pos)."""
@@ -174,7 +234,7 @@ class Drafter:
         drafter restarts from there and attends only to what follows)."""
         self.ctx.clear()
         self._branched.clear()
-        self.start = self.end = pos
+        self.start = self.end = self._win_from = self._hist_to = pos
         self._pair_tokens = []
         self._queued_g, self._queued_taps, self._n_queued_taps = [], [], 0
 
@@ -196,8 +256,10 @@ class Drafter:
             self.restart(pos)  # nothing before start was written: `reusable` then says 0
             return
         if pos < self.end:
-            self.ctx.seq_rm(pos)
+            self.ctx.seq_rm(pos, seq=-1)  # the window's and the history's
             self.end = pos
+            self._win_from = min(self._win_from, pos)
+            self._hist_to = min(self._hist_to, pos)
         self._encode_queued()
         n_written = self.end - self.start
         if self._queued_g:
@@ -210,6 +272,7 @@ class Drafter:
     def capture(self) -> DrafterState:
         """A copy of the cache, between steps: sequence 0 then holds exactly the written pairs
         (draft states are rewound and frontier sequences dropped after each draft)."""
+        self._to_history(self.end)
         g = np.concatenate(self._queued_g) if self._queued_g else np.empty((0, self.n_embd))
         taps = self._queued_taps
         t = np.concatenate(taps) if taps else np.empty((0, self.tap_width))
@@ -219,7 +282,7 @@ class Drafter:
             list(self._pair_tokens),
             g.astype(np.float32, copy=False),
             t.astype(np.float32, copy=False),
-            self.ctx.state_get(0),
+            self.ctx.state_get(self._hist),
         )
 
     def restore(self, state: DrafterState) -> None:
@@ -238,15 +301,17 @@ class Drafter:
             or any(not 0 <= t < self.n_vocab for t in s.pair_tokens)
         ):
             raise SessionStateError("the drafter's saved pairs do not fit this drafter")
-        if not self.ctx.state_set(s.memory, 0):
+        if not self.ctx.state_set(s.memory, self._hist):
             detail = N.last_errors() or "no detail"
             self.restart(0)
             raise SessionStateError(f"llama.cpp refused the drafter's saved state ({detail})")
-        self.ctx.seq_rm(s.end)  # nothing past the written pairs (none is saved between steps)
-        if self.ctx.seq_pos_max() != (s.end - 1 if s.end > s.start else -1):
+        self.ctx.seq_rm(s.end, seq=-1)  # nothing past the written pairs (none is saved then)
+        if self.ctx.seq_pos_max(self._hist) != (s.end - 1 if s.end > s.start else -1):
             self.restart(0)
             raise SessionStateError("the drafter's saved cells disagree with its pairs")
         self.start, self.end = s.start, s.end
+        # a window is filled from the history at the next flush
+        self._win_from = self._hist_to = s.end
         self._pair_tokens = list(s.pair_tokens)
         self._queued_g = [s.queued_g] if len(s.queued_g) else []
         self._queued_taps = [s.queued_taps] if len(s.queued_taps) else []

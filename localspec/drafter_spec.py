@@ -68,6 +68,10 @@ class DrafterSpec:
         if not self.fc_norm_eps >= 0.0:  # also NaN: the per-tap norms divide by sqrt(ms + eps)
             raise ModelFileError(f"{path}: {K.FC_NORM_EPS} is {self.fc_norm_eps}; must be >= 0")
         self.norm_output = typed(h, K.NORM_OUTPUT, bool, False)
+        window = typed(h, K.ATTENTION_WINDOW, int)
+        if window is not None and window < 1:
+            raise ModelFileError(f"{path}: {K.ATTENTION_WINDOW} is {window}; must be >= 1")
+        self.attention_window: int | None = window
         if self.fc_norm and self.norm_before_fc:
             raise ModelFileError(
                 f"{path} sets both {K.FC_NORM} and {K.NORM_BEFORE_FC}; a drafter has at most one"

@@ -68,6 +68,14 @@ class Completion:
     stats: Stats = field(default_factory=Stats)
 
 
+def draft_window(spec: DrafterSpec, rt: RuntimeOptions) -> int | None:
+    """The pairs a drafter attends over: the runtime's choice (0: all), else the window it
+    was trained over, as its GGUF records it (all when it records none)."""
+    if rt.draft_window is None:
+        return spec.attention_window
+    return rt.draft_window or None
+
+
 def load(
     target: str | os.PathLike[str] | None = None,
     draft: str | os.PathLike[str] | Literal[False] | None = None,
@@ -75,7 +83,7 @@ def load(
 ) -> Engine:
     """Load a GGUF target and pair it with a drafter; options are Engine's (n_draft, tree,
     draft_source, n_gpu_layers, n_threads, n_ctx, n_batch, draft_batch, kv_type, flash_attn,
-    recalibrate).
+    draft_window, recalibrate).
 
     draft: an EAGLE-3 drafter's path; None finds ``NAME.eagle3.gguf`` (or a drafter recorded
     for this target) next to the target; False loads none. draft_source: where drafts come
@@ -109,6 +117,7 @@ class Engine:
         draft_batch: int = 64,
         kv_type: str = "f16",
         flash_attn: bool | str | None = None,
+        draft_window: int | None = None,
         recalibrate: bool = False,
     ) -> None:
         self._n_draft = check_n_draft(n_draft)
@@ -122,6 +131,7 @@ class Engine:
             n_gpu_layers,
             kv_type,
             check_flash_attn(flash_attn),
+            draft_window,
         ).checked()
         if draft is True:
             raise InvalidParameterError("draft must be a path, None (find one) or False")
@@ -155,6 +165,8 @@ class Engine:
                 self._target.enable_taps(spec.taps)
                 self._drafter = self._new_drafter(spec)
                 self.drafter_note = f"{spec.variant} drafter {spec.path}"
+                if self._drafter.window is not None:
+                    self.drafter_note += f", attending over its last {self._drafter.window} pairs"
             elif draft is False:
                 self.drafter_note = "no EAGLE drafter (draft=False)"
             else:
@@ -420,7 +432,13 @@ class Engine:
 
     def _new_drafter(self, spec: DrafterSpec) -> Drafter:
         # a tree's frontier takes two banks of top_k sequences (+ the history's)
-        return Drafter(spec, self._target, self._rt, n_seq_max=2 * self._max_top_k + 1)
+        return Drafter(
+            spec,
+            self._target,
+            self._rt,
+            n_seq_max=2 * self._max_top_k + 1,
+            window=draft_window(spec, self._rt),
+        )
 
     # --- sessions on disk ----------------------------------------------------------------------
 

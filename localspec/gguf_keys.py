@@ -22,6 +22,8 @@ FORMAT_VERSION = "localspec.format_version"  # uint32, currently 1
 FC_NORM = "localspec.eagle3.fc_norm"  # bool: divide each tap by its own RMS before the encoder
 FC_NORM_EPS = "localspec.eagle3.fc_norm_eps"  # float32: epsilon of those per-tap norms
 NORM_OUTPUT = "localspec.eagle3.norm_output"  # bool: feed back output_norm(h), not h
+# uint32: the rows of the windows it was trained on; drafts attend over that many latest pairs
+ATTENTION_WINDOW = "localspec.eagle3.attention_window"
 TARGET_ARCH = "localspec.target.architecture"  # string: general.architecture of the target
 TARGET_BLOCK_COUNT = "localspec.target.block_count"  # uint32
 TARGET_EMBEDDING_LENGTH = "localspec.target.embedding_length"  # uint32

@@ -98,6 +98,9 @@ class RuntimeOptions:
     n_gpu_layers: int = 0  # -1: all
     kv_type: str = "f16"
     flash_attn: bool | None = None
+    # the drafter attends over this many latest pairs: None its GGUF's training window (all
+    # pairs when it records none), 0 all of them
+    draft_window: int | None = None
 
     def checked(self) -> RuntimeOptions:
         """The same options range-checked, with the thread count resolved."""
@@ -107,6 +110,8 @@ class RuntimeOptions:
         check_int("n_ctx", self.n_ctx, 0, 1 << 24)
         check_int("n_batch", self.n_batch, 1, 1 << 16)
         check_int("draft_batch", self.draft_batch, 1, 1 << 16)
+        if self.draft_window is not None:
+            check_int("draft_window", self.draft_window, 0, 1 << 24)
         if self.kv_type not in KV_TYPES:
             raise InvalidParameterError(f"kv_type must be one of {', '.join(KV_TYPES)}")
         flash_attn = check_flash_attn(self.flash_attn)

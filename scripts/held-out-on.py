@@ -27,13 +27,21 @@ def main() -> None:
     ap.add_argument("folders", nargs="+", help="feature folders (a run's DIR/data)")
     ap.add_argument("--target", help="target GGUF (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--walk-tokens", type=int, help="walk only each reply's first N tokens")
+    ap.add_argument(
+        "--attention-window",
+        type=int,
+        metavar="N",
+        help="each row attends over its last N rows, as `--draft-window N` runs the drafter",
+    )
     args = ap.parse_args()
     if args.walk_tokens is not None and args.walk_tokens < 2:
         ap.error("--walk-tokens must be at least 2 (the target makes the first token alone)")
+    if args.attention_window is not None and args.attention_window < 1:
+        ap.error("--attention-window must be at least 1")
     try:
         target = args.target or default_target()
         for folder in args.folders:
-            ev = estimate_on(target, args.state, folder, args.walk_tokens)
+            ev = estimate_on(target, args.state, folder, args.walk_tokens, args.attention_window)
             agree = " ".join(f"{100 * a:.1f}%" for a in ev.acc)
             walked = " ".join(f"{100 * a:.1f}%" for a in ev.accept_walk)
             print(f"{folder}: tau {ev.tau:.3f}, agreement per step {agree}, "

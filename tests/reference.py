@@ -91,8 +91,11 @@ class RefDrafter:
         out[..., 1::2] = x0 * s + x1 * c
         return out
 
-    def decode(self, token: int, g: np.ndarray, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """One decoder row at `pos`; returns (logits over the target vocabulary, h pre-norm)."""
+    def decode(
+        self, token: int, g: np.ndarray, pos: int, *, low: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One decoder row at `pos`, attending to the cached positions low..pos (an attention
+        window: low > 0); returns (logits over the target vocabulary, h pre-norm)."""
         t, eps = self.t, self.eps
         g = g.astype(np.float64)
         e = rms(self.emb[token], eps) * t["blk.0.attn_norm.weight"]
@@ -106,7 +109,7 @@ class RefDrafter:
         self.k_cache[pos] = self._rope(k, pos)
         self.v_cache[pos] = v
         q = self._rope(q, pos)
-        ps = sorted(p for p in self.k_cache if p <= pos)
+        ps = sorted(p for p in self.k_cache if low <= p <= pos)
         K = np.stack([self.k_cache[p] for p in ps])  # [T, kv, hd]
         V = np.stack([self.v_cache[p] for p in ps])
         rep = self.n_head // self.n_head_kv

@@ -42,6 +42,10 @@ def test_errors_are_one_line(tmp_path, models, capsys) -> None:
     assert "not an EAGLE-3 drafter" in capsys.readouterr().err
     assert main(["generate", models["target"], "--no-draft", "-p", "x", "--temperature", "-2"]) == 1
     assert "temperature" in capsys.readouterr().err
+    args = ["generate", models["target"], "--draft", models["draft"], "-p", "x"]
+    assert main([*args, "--draft-window", "-3"]) == 1
+    err = capsys.readouterr().err
+    assert "draft_window" in err and err.count("\n") == 1
 
 
 def test_convert_command(models, tmp_path, capsys) -> None:

@@ -27,7 +27,9 @@ from localspec.converters.checkpoint import load_tensors, read_config  # noqa: E
 from localspec.converters.convert import convert  # noqa: E402
 from localspec.converters.formats import canonical_name, parse_config  # noqa: E402
 from localspec.converters.reference import TorchEagle3  # noqa: E402
+from localspec.drafter_spec import DrafterSpec  # noqa: E402
 from localspec.errors import InvalidParameterError, LocalspecError  # noqa: E402
+from localspec.lowlevel import parts  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.target import Target  # noqa: E402
 from localspec.training import FeatureConfig, TrainConfig, train  # noqa: E402
@@ -139,12 +141,13 @@ def test_features_match_a_plain_single_sequence_decode(pair, trained):
         t.close()
 
 
-@pytest.mark.parametrize("block", [None, 4])
-def test_unrolled_training_matches_token_by_token_drafting(trained, pair, block, monkeypatch):
+@pytest.mark.parametrize(("block", "span"), [(None, None), (4, None), (None, 3), (4, 5)])
+def test_unrolled_training_matches_token_by_token_drafting(trained, pair, block, span, monkeypatch):
     """The training-time test (one pass, attention trick) equals the converter's independent
     PyTorch reference decoding with a real KV cache: teacher-forced rows 0..P, then chained
     draft steps that feed back the drafter's own state. block: query rows per attention block
-    (long windows' path; None: the whole window at once)."""
+    (long windows' path; None: the whole window at once). span: rows attend over their last
+    `span` rows (the runtime's attention window), as a cache holding only rows P-span+1..P."""
     if block is not None:
         monkeypatch.setattr(model_mod, "ATTN_BLOCK", block)
     out, _ = trained
@@ -156,6 +159,7 @@ def test_unrolled_training_matches_token_by_token_drafting(trained, pair, block,
     tens = {canonical_name(k, dc.family): v for k, v in raw.items()}
     trainer = Trainer(target, out, _tcfg(max_steps=0), TAPS, log=lambda m: None)
     model = trainer.model.double()
+    model.span = span
     seq = load_sequences(os.path.join(out, "data"))[0]
     n = 12
     steps = 4
@@ -175,10 +179,11 @@ def test_unrolled_training_matches_token_by_token_drafting(trained, pair, block,
             d2t=d2t,
             target_vocab=len(embed),
         )
-        g = ref.encode(seq.taps[: P + 1].astype(np.float64))
-        z, fed = ref.decode([int(x) for x in seq.tokens[1 : P + 2]], g, 0)
-        np.testing.assert_allclose(z[P, d2t], logits[0][P], rtol=1e-6, atol=1e-6)
-        state = fed[P : P + 1]
+        lo = 0 if span is None else max(0, P - span + 1)
+        g = ref.encode(seq.taps[lo : P + 1].astype(np.float64))
+        z, fed = ref.decode([int(x) for x in seq.tokens[lo + 1 : P + 2]], g, lo)
+        np.testing.assert_allclose(z[P - lo, d2t], logits[0][P], rtol=1e-6, atol=1e-6)
+        state = fed[P - lo : P - lo + 1]
         for j in range(1, steps):
             z, fed = ref.decode([int(seq.tokens[P + 1 + j])], state, P + j)
             np.testing.assert_allclose(z[0, d2t], logits[j][P], rtol=1e-6, atol=1e-6)
@@ -235,9 +240,12 @@ def test_trained_checkpoint_converts_and_runs_losslessly(pair, trained, tmp_path
     gguf_path = str(tmp_path / "trained.eagle3.gguf")
     r = convert(os.path.join(out, "checkpoint"), target, gguf_path, outtype="f32", log=print)
     assert r.verify is not None and r.verify.passed
+    # the rows it trained over: the runtime's drafter attends over as many
+    assert DrafterSpec(gguf_path).attention_window == _tcfg().window
     plain = load(target, draft=False, **EXACT)
     spec = load(target, draft=gguf_path, n_draft=4, **EXACT)
     try:
+        assert parts(spec).drafter.window == _tcfg().window
         drafted = accepted = 0
         for prompt in ("abc de", "hij ab cd", "a"):
             want = plain.complete(prompt, max_tokens=60).tokens

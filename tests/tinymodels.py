@@ -166,6 +166,7 @@ class DrafterShape:
     own_embeddings: bool = False  # carry token_embd/output instead of borrowing the target's
     draft_vocab: int | None = None  # with d2t: the first draft_vocab... ids chosen at random
     llama3_rope: bool = False  # llama3 rope scaling (a rope_freqs tensor)
+    attention_window: int | None = None  # the recorded training window (localspec's key)
 
 
 def drafter_tensors(
@@ -237,6 +238,7 @@ def write_drafter(
         norm_before_residual=ds.norm_before_residual,
         fc_norm=ds.fc_norm,
         norm_output=ds.norm_output,
+        attention_window=ds.attention_window,
     )
     t = tensors if tensors is not None else drafter_tensors(ds, target.n_embd, seed=seed)
     write_eagle3_gguf(path, cfg, t, target_path, localspec_keys=localspec_keys)

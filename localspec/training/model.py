@@ -90,15 +90,20 @@ ATTN_BLOCK = 512  # query rows per attention block in windows longer than 2 bloc
 
 
 def _attention(
-    q: torch.Tensor, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], scale: float
+    q: torch.Tensor,
+    keys: Sequence[torch.Tensor],
+    values: Sequence[torch.Tensor],
+    scale: float,
+    span: int | None = None,
 ) -> torch.Tensor:
     """Step j's attention (j = len(keys) - 1): every row attends causally to the step-0 keys
-    and to its own row's keys of steps 1..j. A long window goes in blocks of query rows, each
-    recomputed in the backward pass instead of kept: the scores of a 3,584-row window over
-    5 unrolled steps would otherwise hold tens of GB for the backward pass."""
+    (only the last `span` of them, as the runtime's attention window does) and to its own
+    row's keys of steps 1..j. A long window goes in blocks of query rows, each recomputed in
+    the backward pass instead of kept: the scores of a 3,584-row window over 5 unrolled steps
+    would otherwise hold tens of GB for the backward pass."""
     T = q.shape[2]
     if T <= 2 * ATTN_BLOCK:
-        return _attention_rows(q, keys, values, scale, 0)
+        return _attention_rows(q, keys, values, scale, 0, span)
     from torch.utils.checkpoint import checkpoint
 
     # copies of the lists: the recomputation runs in the backward pass, after later steps
@@ -112,6 +117,7 @@ def _attention(
             values_j,
             scale,
             a,
+            span,
             use_reentrant=False,
             preserve_rng_state=False,  # nothing random inside
         )
@@ -126,6 +132,7 @@ def _attention_rows(
     values: Sequence[torch.Tensor],
     scale: float,
     a: int,
+    span: int | None = None,
 ) -> torch.Tensor:
     """_attention for the query rows a..a+n (q holds only those): the step-0 keys after row
     a+n-1 are masked for all of them, so they are left out."""
@@ -133,6 +140,8 @@ def _attention_rows(
     b = a + n
     rows = torch.arange(b, device=q.device)
     causal = rows[None, :] > rows[a:, None]  # True = masked
+    if span is not None:  # and those more than span - 1 rows back
+        causal = causal | (rows[None, :] <= rows[a:, None] - span)
     s0 = (q @ keys[0][:, :, :b].transpose(-1, -2)) * scale
     s0 = s0.masked_fill(causal, float("-inf"))
     j = len(keys) - 1
@@ -150,6 +159,9 @@ class Eagle3Drafter(nn.Module):
 
     embed: torch.Tensor  # buffers, declared for the type checker
     inv_freq: torch.Tensor
+    # step-0 keys each row attends to (None: all before it); estimates set it to judge a
+    # drafter as the runtime's attention window runs it
+    span: int | None = None
 
     def __init__(self, c: DraftConfig, embed: torch.Tensor) -> None:
         super().__init__()
@@ -208,7 +220,7 @@ class Eagle3Drafter(nn.Module):
             v = v.repeat_interleave(rep, dim=1)
             keys.append(k)
             values.append(v)
-            att = _attention(q, keys, values, scale)
+            att = _attention(q, keys, values, scale, self.span)
             h = a.o_proj(att.transpose(1, 2).reshape(B, T, -1)) + hidden
             h = h + L.mlp(L.post_attention_layernorm(h))
             normed = self.norm(h)

@@ -718,12 +718,18 @@ def check_resumable(cfg: TrainConfig, folder: str) -> None:
 
 
 def estimate_on(
-    target_path: str, state_path: str, folder: str, walk_limit: int | None = None
+    target_path: str,
+    state_path: str,
+    folder: str,
+    walk_limit: int | None = None,
+    span: int | None = None,
 ) -> EvalResult:
     """A training run's drafter (its state file) judged on any feature folder, e.g. the
     target's own replies to a benchmark's prompts: the run's held-out estimate, on other
     rows (every window of the folder, on the CPU, in float32 where the run may have used
-    bf16 matmuls). walk_limit: walk each reply's first that many tokens (walk_chains)."""
+    bf16 matmuls). walk_limit: walk each reply's first that many tokens (walk_chains).
+    span: each row attends over its last that many rows, as the runtime's attention window
+    (--draft-window) runs the drafter."""
     info = target_info(target_path)
     st = read_run_state(state_path, info)
     made = Manifest.load(folder)
@@ -741,6 +747,7 @@ def estimate_on(
         model = build_drafter(info, cfg, draft_ids, st, [])
     except RuntimeError as exc:  # weights of another shape than the config says
         raise LocalspecError(f"cannot load the drafter of {state_path}: {exc}") from None
+    model.span = span
     t2d = np.full(info.n_vocab, -1, np.int64)
     t2d[draft_ids] = np.arange(len(draft_ids))
     rows = Batcher(load_sequences(folder), cfg, t2d)
@@ -937,6 +944,8 @@ class Trainer:
             "parent_positions": self.parent_positions,
             "target": os.path.basename(self.info.path),
             "taps_layer_inputs": list(self.taps),
+            # the rows it attends over in training: the runtime's drafter attends over as many
+            "window": self.cfg.window,
         }
         return export_checkpoint(self.model, self.folder, self.taps, self.draft_ids, meta)
 

@@ -239,8 +239,10 @@ def _training_window(cfg: dict[str, Any]) -> int | None:
     window = cfg["localspec"].get("window")
     if window is None:
         return None
-    if not isinstance(window, int) or isinstance(window, bool) or window < 2:
-        raise CheckpointError(f"the localspec record's window must be an integer >= 2: {window!r}")
+    if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window < 2**31:
+        raise CheckpointError(
+            f"the localspec record's window must be an integer from 1 to 2^31 - 1: {window!r}"
+        )
     return window
 
 

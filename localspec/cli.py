@@ -691,12 +691,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         drafts = drafts or ([eng.draft_path] if eng.draft_path else [])
         # every drafter is loaded (and checked against the target) before measuring, and
         # warmed up: first-call costs (auto's calibration among them) stay out of the numbers
+        windows: dict[str, int | None] = {}  # the pairs each drafter attends over
         for d in reversed(drafts):
             eng.use_drafter(d)
+            windows[d] = eng.draft_window
             eng.complete("Hello", max_tokens=8)
         if not drafts:
             eng.complete("Hello", max_tokens=8)
-        shown = "\n".join(f"drafter: {d}" for d in drafts) or f"drafter: {eng.draft_path}"
+        shown = "\n".join(
+            f"drafter: {d}" + (f" (attends over its last {windows[d]} pairs)" if windows[d] else "")
+            for d in drafts
+        )
+        shown = shown or f"drafter: {eng.draft_path}"
         print(f"target:  {eng.target_path}\n{shown}\ndraft source: {source}", file=sys.stderr)
         if args.busy:
             print(f"with {args.busy} other processes busy on the CPU", file=sys.stderr)
@@ -744,6 +750,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "n_gpu_layers": args.gpu_layers,
                 "ctx": args.ctx,
                 "busy_processes": args.busy,
+                # per drafter: the pairs it attends over (null: all)
+                "draft_windows": [windows[d] for d in drafts],
             },
         )
     folder = os.path.dirname(os.path.abspath(args.out))

@@ -17,8 +17,8 @@ drafts attend to: sequence 0 then holds only the last ``window`` pairs, and one 
 the history, every pair before them (the cells are shared, not copied; pairs join it when
 they leave the window or a session is saved, so a short history makes no extra call). So the
 window can move back after an edit, and a saved session holds the whole history. A drafter
-trained on 512-row windows spreads its attention over 1-3k rows of history unlike over
-anything it learnt from; the window gives it what it was trained on.
+trained on 512-row windows never learnt to spread its attention over 1-3k rows of history;
+the window shows it what it was trained on.
 """
 
 from __future__ import annotations
@@ -72,8 +72,10 @@ class Drafter:
             )
         self.spec = spec
         self.window = window
-        # the sequence holding every written pair: 0, or with a window one after the frontier's
+        # the sequence that holds the pairs before the window (the history): with a window
+        # the one after the frontier's, else 0 (which then holds every pair)
         self._hist = n_seq_max if window is not None else 0
+        n_seq = self._hist + 1 if window is not None else n_seq_max
         # read before loading anything: a bad norm tensor must not leak a model and context
         self._out_norm = spec.output_norm_weight() if spec.norm_output else None
         self.n_batch = min(rt.draft_batch, rt.n_batch)
@@ -83,13 +85,14 @@ class Drafter:
             self.ctx = N.NativeContext(
                 self.model,
                 n_ctx=target.n_ctx,
-                n_batch=self.n_batch,
+                # llama.cpp sizes a batch to hold a row per sequence
+                n_batch=max(self.n_batch, n_seq),
                 n_threads=rt.threads,
                 kv_type=rt.kv_type,
                 flash_attn=rt.flash_attn,
                 ctx_other=target.ctx,
                 embeddings_nextn=True,
-                n_seq_max=self._hist + 1 if window is not None else n_seq_max,
+                n_seq_max=n_seq,
             )
         except BaseException:
             self.model.close()
@@ -114,8 +117,11 @@ class Drafter:
         self._queued_g: list[np.ndarray] = []  # encoded rows of queued pairs
         self._queued_taps: list[np.ndarray] = []  # ... then taps not yet encoded
         self._n_queued_taps = 0
-        self._win_from = 0  # with a window: the first pair sequence 0 holds
-        self._hist_to = 0  # ... and the history sequence holds the pairs before this one
+        # with a window: sequence 0 holds the pairs [_win_from, end), the history
+        # [start, _hist_to), and start <= _win_from <= _hist_to (what left the window is in
+        # the history; the window's own pairs join it lazily)
+        self._win_from = 0
+        self._hist_to = 0
         # frontier sequences that may hold cells: llama.cpp's sequence calls scan every cell
         # of the cache (as long as the target's), so an empty sequence is not dropped again
         self._branched: set[int] = set()
@@ -170,24 +176,37 @@ class Drafter:
         b = self._dec_batch
         assert b.embd is not None
         outside = 0 if self.window is None else self._slide(self.end + n)
-        if not outside and not self._queued_g and len(self._queued_taps) == 1 and n <= self.n_batch:
-            # a step's few pairs: their taps encoded straight into the decoder's batch
-            assert self._queued_taps[0].shape[0] == n, "a queued pair without its taps"
-            self.encode(self._queued_taps[0], out=b.embd[:n])
-            b.token[:n] = tokens
-            b.set(n, self.end, all_logits=True)
-            self.ctx.decode(b, "drafter decoder")
-            self._queued_taps, self._n_queued_taps = [], 0  # kept queued if the decode failed
-            last = n - 1
-        else:
-            self._encode_queued()
-            q = self._queued_g
-            g = np.concatenate(q) if len(q) > 1 else q[0]
-            if outside:  # pairs the window has already passed: the history's alone
-                self._write_history(tokens[:outside], g[:outside], self.end)
-            for i in self._decode_chunks(tokens[outside:], g[outside:], self.end + outside):
-                last = n - outside - 1 - i  # the last row's index within the final chunk
-            self._queued_g = []
+        try:
+            if (
+                not outside
+                and not self._queued_g
+                and len(self._queued_taps) == 1
+                and n <= self.n_batch
+            ):
+                # a step's few pairs: their taps encoded straight into the decoder's batch
+                assert self._queued_taps[0].shape[0] == n, "a queued pair without its taps"
+                self.encode(self._queued_taps[0], out=b.embd[:n])
+                b.token[:n] = tokens
+                b.set(n, self.end, all_logits=True)
+                self.ctx.decode(b, "drafter decoder")
+                self._queued_taps, self._n_queued_taps = [], 0  # kept queued if it failed
+                last = n - 1
+            else:
+                self._encode_queued()
+                q = self._queued_g
+                g = np.concatenate(q) if len(q) > 1 else q[0]
+                # pairs the window has already passed go to the history alone (a row's K/V
+                # do not depend on what it attends to: the drafter has one layer)
+                for _ in self._decode_chunks(tokens[:outside], g[:outside], self.end, self._hist):
+                    pass
+                for i in self._decode_chunks(tokens[outside:], g[outside:], self.end + outside):
+                    last = n - outside - 1 - i  # the last row's index within the final chunk
+                self._queued_g = []
+        except BaseException:  # the pairs stay queued; no cell of theirs stays written
+            self.ctx.seq_rm(self.end, seq=-1)
+            self._win_from = min(self._win_from, self.end)
+            self._hist_to = min(self._hist_to, self.end)
+            raise
         self.end += n
         logits, h = self.ctx.outputs(last, self.n_embd)
         return logits, self.feedback(h, out=self._pending)
@@ -202,8 +221,7 @@ class Drafter:
             self.ctx.seq_rm(self._win_from, min(cut, self.end), seq=0)
         elif cut < self._win_from:  # moved back (an edit): the history has them
             self.ctx.seq_cp(self._hist, 0, cut, self._win_from)
-        if cut > self.end:  # the history then takes the pairs before the window
-            self._to_history(self.end)
+        if cut > self.end:  # the pairs before the window will be written to the history
             self._hist_to = cut
         self._win_from = cut
         return max(0, cut - self.end)
@@ -213,17 +231,6 @@ class Drafter:
         if self._hist != 0 and self._hist_to < pos:
             self.ctx.seq_cp(0, self._hist, self._hist_to, pos)
             self._hist_to = pos
-
-    def _write_history(self, tokens: Sequence[int], embd: np.ndarray, pos0: int) -> None:
-        """Decode pairs into the history sequence alone (outside the window)."""
-        b = self._dec_batch
-        assert b.embd is not None
-        for i in range(0, len(tokens), self.n_batch):
-            m = min(self.n_batch, len(tokens) - i)
-            b.token[:m] = tokens[i : i + m]
-            b.embd[:m] = embd[i : i + m]
-            b.set_rows(np.arange(pos0 + i, pos0 + i + m), np.full(m, self._hist))
-            self.ctx.decode(b, "drafter decoder")
 
     def rewind(self, pos: int | None = None) -> None:
         """Forget the draft states written after the pairs (positions >= end, or >= pos)."""
@@ -270,8 +277,9 @@ class Drafter:
     # --- saved sessions ------------------------------------------------------------------------
 
     def capture(self) -> DrafterState:
-        """A copy of the cache, between steps: sequence 0 then holds exactly the written pairs
-        (draft states are rewound and frontier sequences dropped after each draft)."""
+        """A copy of the cache, between steps: the history sequence then holds exactly the
+        written pairs (draft states are rewound and frontier sequences dropped after each
+        draft; with a window, the window's pairs join the history first)."""
         self._to_history(self.end)
         g = np.concatenate(self._queued_g) if self._queued_g else np.empty((0, self.n_embd))
         taps = self._queued_taps
@@ -340,9 +348,11 @@ class Drafter:
             out[i : i + m] = self.ctx.nextn(m, self.n_embd)
         return out
 
-    def _decode_chunks(self, tokens: Sequence[int], embd: np.ndarray, pos0: int) -> Iterator[int]:
-        """Decode pairs (token[i], embd[i]) at positions pos0.. in chunks of n_batch rows,
-        yielding each chunk's offset; its rows are readable until the next chunk.
+    def _decode_chunks(
+        self, tokens: Sequence[int], embd: np.ndarray, pos0: int, seq: int = 0
+    ) -> Iterator[int]:
+        """Decode pairs (token[i], embd[i]) at positions pos0.. of sequence seq in chunks of
+        n_batch rows, yielding each chunk's offset; its rows are readable until the next chunk.
 
         Outputs are requested on every row: the eagle3 graph does not select output rows, so
         asking for fewer returns row 0's values (seen in llama.cpp 0.3.36). It computes every
@@ -353,7 +363,10 @@ class Drafter:
             m = min(self.n_batch, len(tokens) - i)
             b.token[:m] = tokens[i : i + m]
             b.embd[:m] = embd[i : i + m]
-            b.set(m, pos0 + i, all_logits=True)
+            if seq == 0:
+                b.set(m, pos0 + i, all_logits=True)
+            else:
+                b.set_rows(np.arange(pos0 + i, pos0 + i + m), np.full(m, seq))
             self.ctx.decode(b, "drafter decoder")
             yield i
 

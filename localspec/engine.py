@@ -68,12 +68,17 @@ class Completion:
     stats: Stats = field(default_factory=Stats)
 
 
-def draft_window(spec: DrafterSpec, rt: RuntimeOptions) -> int | None:
+def window_for(spec: DrafterSpec, rt: RuntimeOptions) -> int | None:
     """The pairs a drafter attends over: the runtime's choice (0: all), else the window it
     was trained over, as its GGUF records it (all when it records none)."""
     if rt.draft_window is None:
         return spec.attention_window
     return rt.draft_window or None
+
+
+def _drafter_note(d: Drafter) -> str:
+    window = f", attending over its last {d.window} pairs" if d.window is not None else ""
+    return f"{d.spec.variant} drafter {d.spec.path}{window}"
 
 
 def load(
@@ -164,9 +169,7 @@ class Engine:
                 spec.check_pair(self._target)
                 self._target.enable_taps(spec.taps)
                 self._drafter = self._new_drafter(spec)
-                self.drafter_note = f"{spec.variant} drafter {spec.path}"
-                if self._drafter.window is not None:
-                    self.drafter_note += f", attending over its last {self._drafter.window} pairs"
+                self.drafter_note = _drafter_note(self._drafter)
             elif draft is False:
                 self.drafter_note = "no EAGLE drafter (draft=False)"
             else:
@@ -203,6 +206,11 @@ class Engine:
     @property
     def draft_path(self) -> str | None:
         return self._drafter.spec.path if self._drafter else None
+
+    @property
+    def draft_window(self) -> int | None:
+        """The pairs of the history the drafter attends over (None: all, or no drafter)."""
+        return self._drafter.window if self._drafter else None
 
     @property
     def draft_variant(self) -> str | None:
@@ -407,7 +415,7 @@ class Engine:
             self._drafter, self._scheduler = drafter, scheduler
             self._state = SpecState(self._target, drafter, self._probe)
             self._empty_caches()
-            self.drafter_note = f"{drafter.spec.variant} drafter {drafter.spec.path}"
+            self.drafter_note = _drafter_note(drafter)
 
     def _load_drafter(self, path: str) -> tuple[Drafter, Scheduler]:
         """A drafter for use_drafter, and a scheduler of its own; refused (LocalspecError)
@@ -431,13 +439,13 @@ class Engine:
         return drafter, scheduler
 
     def _new_drafter(self, spec: DrafterSpec) -> Drafter:
-        # a tree's frontier takes two banks of top_k sequences (+ the history's)
+        # a tree's frontier takes two banks of top_k sequences (+ the committed prefix's)
         return Drafter(
             spec,
             self._target,
             self._rt,
             n_seq_max=2 * self._max_top_k + 1,
-            window=draft_window(spec, self._rt),
+            window=window_for(spec, self._rt),
         )
 
     # --- sessions on disk ----------------------------------------------------------------------

@@ -68,6 +68,7 @@ def describe(path: str) -> dict[str, Any]:
             "norm_before_fc": spec.norm_before_fc,
             "norm_before_residual": spec.norm_before_residual,
             "draft_vocab": spec.draft_vocab,
+            "attention_window": spec.attention_window,
             "own_token_embd": spec.has_token_embd,
             "own_output": spec.has_output,
             "made_for": {k: v for k, v in spec.target_record.items() if v is not None} or None,
@@ -125,6 +126,12 @@ def format_info(info: dict[str, Any]) -> str:
         + ("own" if d["own_token_embd"] else "borrowed from the target")
         + ", output head "
         + ("own" if d["own_output"] else "borrowed from the target"),
+        "  attends over  "
+        + (
+            f"its last {d['attention_window']} pairs (the window it was trained over)"
+            if d["attention_window"]
+            else "the whole history"
+        ),
     ]
     m = d["made_for"]
     if m:

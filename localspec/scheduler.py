@@ -398,7 +398,7 @@ class Scheduler:
     @staticmethod
     def capacity(n_batch: int, draft_batch: int) -> tuple[int, int]:
         """(the most tree nodes one verify batch holds, the widest frontier the drafter's batch
-        holds: two banks of top_k sequences plus the history's)."""
+        holds: two banks of top_k sequences plus the committed prefix's)."""
         max_tree = max(0, min(MAX_TREE_NODES, n_batch - 2))
         max_top_k = min(MAX_TOP_K, (min(draft_batch, n_batch) - 1) // 2)
         return max_tree, max_top_k

@@ -31,17 +31,19 @@ def main() -> None:
         "--attention-window",
         type=int,
         metavar="N",
-        help="each row attends over its last N rows, as `--draft-window N` runs the drafter",
+        help="each row attends over its last N rows, as `--draft-window N` runs the drafter "
+        "(0: all rows)",
     )
     args = ap.parse_args()
     if args.walk_tokens is not None and args.walk_tokens < 2:
         ap.error("--walk-tokens must be at least 2 (the target makes the first token alone)")
-    if args.attention_window is not None and args.attention_window < 1:
-        ap.error("--attention-window must be at least 1")
+    if args.attention_window is not None and args.attention_window < 0:
+        ap.error("--attention-window must be 0 (all rows) or more")
     try:
         target = args.target or default_target()
         for folder in args.folders:
-            ev = estimate_on(target, args.state, folder, args.walk_tokens, args.attention_window)
+            span = args.attention_window or None
+            ev = estimate_on(target, args.state, folder, args.walk_tokens, span)
             agree = " ".join(f"{100 * a:.1f}%" for a in ev.acc)
             walked = " ".join(f"{100 * a:.1f}%" for a in ev.accept_walk)
             print(f"{folder}: tau {ev.tau:.3f}, agreement per step {agree}, "

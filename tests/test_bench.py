@@ -88,6 +88,7 @@ def test_cli_bench_writes_table_json_and_png(agree, prompts, tmp_path, capsys):
     assert "verify cost t(n)/t(1)" in io.out and "tau" in io.out
     data = json.loads(Path(out + ".json").read_text())
     assert data["options"]["busy_processes"] == 1
+    assert data["options"]["draft_windows"] == [None]  # the agreeing drafter records none
     assert not multiprocessing.active_children()  # the busy process was stopped
     s = data["sets"]["prompts.jsonl"]
     assert [x["setting"] for x in s["settings"]] == ["plain", "auto", "k=1", "k=2", "tree 2x2/4"]

@@ -16,6 +16,7 @@ import localspec
 from localspec import gguf_keys as K
 from localspec.drafter import Drafter
 from localspec.errors import InvalidParameterError, ModelFileError
+from localspec.fileinfo import describe, format_info
 from localspec.lowlevel import parts
 
 import gguf_edit as ge
@@ -65,6 +66,17 @@ class Checker:
             z_all, _ = self.ref.decode(tokens[-1], g[-1], end - 1, low=0)
             self.full_history_differs += _rel(z_all[fin], z[fin]) > 1e-2
         state = self.ref.feedback(hp)
+        # a tree's first frontier: each node in a sequence branched from the window's
+        toks, seqs = [5, 17], [1, 2]
+        for s in seqs:
+            self.dft.branch(0, s)
+        states = np.repeat(state[None, :], len(toks), axis=0).astype(np.float32)
+        rows, _ = self.dft.decode_frontier(toks, states, end, seqs)
+        rows = rows.copy()
+        for tok, row in zip(toks, rows, strict=True):
+            z, _ = self.ref.decode(tok, state, end, low=low)
+            assert _rel(row[fin], z[fin]) < 2e-4, "tree frontier"
+        self.dft.drop_branches(seqs)
         for step, tok in zip(range(steps), itertools.cycle([11, 23, 7])):
             out = self.dft.chain_next(tok, end + step, feed=step < steps - 1).copy()
             z, hp = self.ref.decode(tok, state, end + step, low=low)
@@ -82,7 +94,9 @@ class Checker:
 def test_window_drafts_equal_the_reference_over_the_last_pairs(models, tmp_path, flags) -> None:
     path = tm.write_drafter(str(tmp_path / "d.gguf"), models["target"], tm.DrafterShape(**flags))
     tt, _ = read_tensors(models["target"])
-    with localspec.load(models["target"], draft=path, draft_window=W, **EXACT) as eng:
+    # a drafter batch of 8 rows: the prompt's pairs before the window take several chunks
+    opts = {**EXACT, "draft_batch": 8}
+    with localspec.load(models["target"], draft=path, draft_window=W, **opts) as eng:
         ref = RefDrafter(path, tt["token_embd.weight"], tt["output.weight"])
         c = Checker(eng, ref)
         assert c.dft.window == W
@@ -94,13 +108,23 @@ def test_window_drafts_equal_the_reference_over_the_last_pairs(models, tmp_path,
         # a prompt longer than the window: its first pairs go to the history alone
         c.feed([*prompt[1:], 40], c.target_taps(prompt))
         c.flush_and_draft()
-        # steps of a few accepted tokens slide the window
+        # steps of a few accepted tokens slide the window; a long one passes it whole
         history = [*prompt, 40]
-        for new in ([51, 52], [60], [70, 71, 72, 73], [80, 81, 82]):
+        for new in ([51, 52], [60], [70, 71, 72, 73], list(range(110, 110 + W + 5)), [80, 81]):
             taps = c.target_taps(history[-1:] + new[:-1])
             c.feed(new, taps)
             c.flush_and_draft()
             history += new
+        # back a little, inside the window; then a keep at the end changes nothing
+        for back in (3, 0):
+            cut = len(history) - back
+            c.tgt.keep(cut - 1)
+            c.dft.keep(cut - 1)
+            ref.truncate(cut - 1)
+            new = [95, 96]
+            c.feed(new, c.target_taps(history[cut - 1 : cut] + new[:-1]))
+            c.flush_and_draft()
+            history = history[:cut] + new
         # an edit: back to before the window's start, then a new continuation
         cut = len(history) - W - 5
         c.tgt.keep(cut - 1)
@@ -120,7 +144,8 @@ def test_window_drafts_equal_the_reference_over_the_last_pairs(models, tmp_path,
         assert c.full_history_differs >= 3, "the window never changed a draft: test too weak"
 
 
-def test_engine_with_a_window_stays_lossless(models) -> None:
+def test_engine_with_a_window_stays_lossless(models, tmp_path) -> None:
+    session = str(tmp_path / "s.session")
     with localspec.load(models["target"], draft=models["draft31"], draft_window=5, **EXACT) as eng:
         assert parts(eng).drafter.window == 5
         for prompt, kw in (
@@ -134,6 +159,25 @@ def test_engine_with_a_window_stays_lossless(models) -> None:
             longer = prompt + first.text[:20]
             again = eng.complete(longer, max_tokens=80, **kw)
             assert_greedy_lossless(eng, longer, again)
+        eng.save_session(session)
+    # a session saved with a window holds the whole history: a drafter without one reads it
+    with localspec.load(models["target"], draft=models["draft31"], draft_window=0, **EXACT) as eng:
+        eng.load_session(session)
+        longer += again.text[:10]
+        c = eng.complete(longer, max_tokens=60, n_draft=4)
+        assert c.stats.drafted > 0
+        assert_greedy_lossless(eng, longer, c)
+
+
+def test_a_window_fits_the_smallest_drafter_batches(models) -> None:
+    """The history takes one more KV sequence than the tree's frontier: the smallest batches
+    still load and run their largest trees."""
+    for n_batch, draft_batch in ((2, 2), (4, 3), (8, 5)):
+        opts = {**EXACT, "n_batch": n_batch, "draft_batch": draft_batch}
+        with localspec.load(models["target"], draft=models["draft31"], draft_window=4, **opts) as e:
+            for kw in ({}, {"tree": (3, 1, 3)}):
+                c = e.complete("the quick brown fox", max_tokens=40, **kw)
+                assert_greedy_lossless(e, "the quick brown fox", c)
 
 
 def test_window_comes_from_the_gguf_or_the_caller(models, tmp_path) -> None:
@@ -144,6 +188,7 @@ def test_window_comes_from_the_gguf_or_the_caller(models, tmp_path) -> None:
         with localspec.load(models["target"], draft=path, **kw, **EXACT) as eng:
             assert parts(eng).drafter.window == want
             assert ("attending over its last" in eng.drafter_note) == (want is not None)
+    assert "attends over  its last 12 pairs" in format_info(describe(path))
     # a drafter without the key attends over everything
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
         assert parts(eng).drafter.window is None

@@ -79,6 +79,7 @@ def test_default_pair_ships_a_trained_drafter_that_is_lossless_and_accepts() -> 
         assert parts(eng).drafter is not None
         assert eng.draft_path == discovery.bundled_drafter(eng.target_path)
         assert eng.draft_variant == "EAGLE-3.1"
+        assert eng.draft_window == 512  # the window it was trained over, from its GGUF
         accepted = steps = 0
         for q in ("Explain how a refrigerator works.", "Write a haiku about autumn."):
             prompt, _ = eng.format_chat([{"role": "user", "content": q}])

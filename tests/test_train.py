@@ -28,7 +28,7 @@ from localspec.converters.convert import convert  # noqa: E402
 from localspec.converters.formats import canonical_name, parse_config  # noqa: E402
 from localspec.converters.reference import TorchEagle3  # noqa: E402
 from localspec.drafter_spec import DrafterSpec  # noqa: E402
-from localspec.errors import InvalidParameterError, LocalspecError  # noqa: E402
+from localspec.errors import CheckpointError, InvalidParameterError, LocalspecError  # noqa: E402
 from localspec.lowlevel import parts  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.target import Target  # noqa: E402
@@ -242,6 +242,11 @@ def test_trained_checkpoint_converts_and_runs_losslessly(pair, trained, tmp_path
     assert r.verify is not None and r.verify.passed
     # the rows it trained over: the runtime's drafter attends over as many
     assert DrafterSpec(gguf_path).attention_window == _tcfg().window
+    cfg = read_config(os.path.join(out, "checkpoint"))
+    for bad in (0, "512", 2**31):
+        cfg["localspec"]["window"] = bad
+        with pytest.raises(CheckpointError, match="window must be an integer"):
+            parse_config(cfg)
     plain = load(target, draft=False, **EXACT)
     spec = load(target, draft=gguf_path, n_draft=4, **EXACT)
     try:

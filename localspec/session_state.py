@@ -51,7 +51,7 @@ SECTIONS: dict[str, str] = {
     "drafter.pair_tokens": "int32",  # the token of each pair from the drafter's start on
     "drafter.queued_g": "float32",  # encoded pairs not yet written [rows, n_embd]
     "drafter.queued_taps": "float32",  # taps not yet encoded [rows, taps x target n_embd]
-    "drafter.memory": "uint8",  # llama.cpp's state of the drafter's sequence 0
+    "drafter.memory": "uint8",  # llama.cpp's state of the drafter's written pairs' sequence
 }
 
 # settings that change what the caches hold or how their cells are laid out; n_threads and

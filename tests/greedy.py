@@ -25,10 +25,14 @@ F32_MARGIN = 1e-2
 QUANT_MARGIN = 1.0
 
 
-def max_ties(n_tokens: int) -> int:
+def max_ties(n_tokens: int, margin: float = F32_MARGIN) -> int:
     """Near-ties are rare: an off-by-one that emits the runner-up wherever the gap is small
-    would pass the margin at every token, but not this count (2, plus 1 per 64 tokens)."""
-    return 2 + n_tokens // 64
+    would pass the margin at every token, but not this count (2, plus 1 per 64 tokens). A
+    quantized target's kernels differ by up to ~1 logit past 256 cached cells, and a reply
+    meets gaps that small often: CI's fresh machine saw 4 flips in 120 tokens of the default
+    pair's long prompt (auto), so there it is 1 per 24 tokens, still far below the share of
+    tokens an off-by-one would flip."""
+    return 2 + n_tokens // (64 if margin <= F32_MARGIN else 24)
 
 
 @dataclass
@@ -64,7 +68,7 @@ def replay_plain_greedy(
                 rep.ties.append((i, gap))
             if i + 1 < len(out) or finish == "eos":  # the last token is decoded only to check
                 logits = np.array(tgt.decode([int(t)], all_logits=False)[0])
-        assert len(rep.ties) <= max_ties(len(out)), f"too many near-ties: {rep.ties}"
+        assert len(rep.ties) <= max_ties(len(out), margin), f"too many near-ties: {rep.ties}"
         if finish == "eos":
             y = int(np.argmax(logits))
             best_eog = float(logits[parts(eng).eog].max())

@@ -141,6 +141,15 @@ def test_window_drafts_equal_the_reference_over_the_last_pairs(models, tmp_path,
         new = [100, 101, 102]
         c.feed(new, c.target_taps(history[-1:] + new[:-1]))
         c.flush_and_draft()
+        history += new
+        # ... holding the whole history: an edit back past the window's start reads it
+        cut = len(history) - W - 3
+        c.tgt.keep(cut - 1)
+        c.dft.keep(cut - 1)
+        ref.truncate(cut - 1)
+        new = [103, 104]
+        c.feed(new, c.target_taps(history[cut - 1 : cut] + new[:-1]))
+        c.flush_and_draft()
         assert c.full_history_differs >= 3, "the window never changed a draft: test too weak"
 
 
@@ -172,10 +181,10 @@ def test_engine_with_a_window_stays_lossless(models, tmp_path) -> None:
 def test_a_window_fits_the_smallest_drafter_batches(models) -> None:
     """The history takes one more KV sequence than the tree's frontier: the smallest batches
     still load and run their largest trees."""
-    for n_batch, draft_batch in ((2, 2), (4, 3), (8, 5)):
+    for n_batch, draft_batch, shape in ((2, 2, (3, 1, 3)), (4, 3, (3, 1, 3)), (8, 5, (3, 2, 6))):
         opts = {**EXACT, "n_batch": n_batch, "draft_batch": draft_batch}
         with localspec.load(models["target"], draft=models["draft31"], draft_window=4, **opts) as e:
-            for kw in ({}, {"tree": (3, 1, 3)}):
+            for kw in ({}, {"tree": shape}):
                 c = e.complete("the quick brown fox", max_tokens=40, **kw)
                 assert_greedy_lossless(e, "the quick brown fox", c)
 

@@ -89,6 +89,20 @@ class Checker:
         self.tgt.decode(tokens, all_logits=False)
         return self.tgt.read_taps(len(tokens))
 
+    def step(self, history: list[int], new: list[int], back: int | None = None) -> list[int]:
+        """Keep all but the history's last `back` tokens (an edit; 0: a keep that changes
+        nothing), then accept `new` after it: the target decodes what precedes each new
+        token, the drafter and the reference get the pairs, both draft. Returns the new
+        history."""
+        cut = len(history) - (back or 0)
+        if back is not None:
+            self.tgt.keep(cut - 1)
+            self.dft.keep(cut - 1)
+            self.ref.truncate(cut - 1)
+        self.feed(new, self.target_taps(history[cut - 1 : cut] + new[:-1]))
+        self.flush_and_draft()
+        return history[:cut] + new
+
 
 @pytest.mark.parametrize("flags", [{}, {"fc_norm": True, "norm_output": True}], ids=["3", "3.1"])
 def test_window_drafts_equal_the_reference_over_the_last_pairs(models, tmp_path, flags) -> None:
@@ -111,45 +125,19 @@ def test_window_drafts_equal_the_reference_over_the_last_pairs(models, tmp_path,
         # steps of a few accepted tokens slide the window; a long one passes it whole
         history = [*prompt, 40]
         for new in ([51, 52], [60], [70, 71, 72, 73], list(range(110, 110 + W + 5)), [80, 81]):
-            taps = c.target_taps(history[-1:] + new[:-1])
-            c.feed(new, taps)
-            c.flush_and_draft()
-            history += new
-        # back a little, inside the window; then a keep at the end changes nothing
-        for back in (3, 0):
-            cut = len(history) - back
-            c.tgt.keep(cut - 1)
-            c.dft.keep(cut - 1)
-            ref.truncate(cut - 1)
-            new = [95, 96]
-            c.feed(new, c.target_taps(history[cut - 1 : cut] + new[:-1]))
-            c.flush_and_draft()
-            history = history[:cut] + new
+            history = c.step(history, new)
+        # back a little, inside the window; a keep at the end (back 0) changes nothing
+        history = c.step(history, [95, 96], back=3)
+        history = c.step(history, [97, 98], back=0)
         # an edit: back to before the window's start, then a new continuation
-        cut = len(history) - W - 5
-        c.tgt.keep(cut - 1)
-        c.dft.keep(cut - 1)
-        ref.truncate(cut - 1)
-        new = [90, 91]
-        c.feed(new, c.target_taps(history[cut - 1 : cut] + new[:-1]))
-        c.flush_and_draft()
-        history = history[:cut] + new
+        history = c.step(history, [90, 91], back=W + 5)
         # a session: captured, restored into an emptied cache, and drafted on
         saved = c.dft.capture()
         c.dft.restart(0)
         c.dft.restore(saved)
-        new = [100, 101, 102]
-        c.feed(new, c.target_taps(history[-1:] + new[:-1]))
-        c.flush_and_draft()
-        history += new
+        history = c.step(history, [100, 101, 102])
         # ... holding the whole history: an edit back past the window's start reads it
-        cut = len(history) - W - 3
-        c.tgt.keep(cut - 1)
-        c.dft.keep(cut - 1)
-        ref.truncate(cut - 1)
-        new = [103, 104]
-        c.feed(new, c.target_taps(history[cut - 1 : cut] + new[:-1]))
-        c.flush_and_draft()
+        c.step(history, [103, 104], back=W + 3)
         assert c.full_history_differs >= 3, "the window never changed a draft: test too weak"
 
 

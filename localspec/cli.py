@@ -356,6 +356,15 @@ def build_parser() -> argparse.ArgumentParser:
         "HuggingFaceTB/SmolLM2-135M-Instruct), recorded in DIR/speculators for vLLM",
     )
     tr.add_argument("--lr", type=float, default=6e-4)
+    tr.add_argument(
+        "--ema",
+        type=float,
+        default=None,
+        metavar="DECAY",
+        help="keep an exponential moving average of the weights (0.998: about the last 500 "
+        "steps), estimate and export it instead of the last step's weights (0: off, the "
+        "default for a new run; a resumed run keeps its own unless given)",
+    )
     tr.add_argument("--batch-tokens", type=int, default=2048, help="positions per step")
     tr.add_argument("--window", type=int, default=512, help="positions per training window")
     tr.add_argument(
@@ -560,6 +569,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         prompt_context=args.prompt_context,
         batch_tokens=args.batch_tokens,
         lr=args.lr,
+        ema=args.ema,
         max_steps=args.max_steps,
         time_budget=parse_duration(args.time_budget) if args.time_budget else None,
         init=args.init,

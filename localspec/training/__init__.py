@@ -15,6 +15,7 @@ from .trainer import (
     Trainer,
     TrainResult,
     build_features,
+    check_config,
     check_resumable,
     default_taps,
     load_parent,
@@ -53,6 +54,7 @@ def train(
     if not data:
         raise InvalidParameterError("no training data given")
     # refused now, not after hours of making data
+    check_config(cfg)
     check_resumable(cfg, out)
     if cfg.init_from and not os.path.isfile(os.path.join(out, STATE)):
         load_parent(cfg, info, tap_ids)

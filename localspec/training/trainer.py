@@ -2,7 +2,8 @@
 
 Layout of the output folder:
 - ``data/``: feature shards made by the target (see features.py)
-- ``state.pt``: model, optimizer and progress, saved every few minutes and at the end
+- ``state.pt``: model, optimizer and progress (and the weights' average with --ema), saved
+  every few minutes and at the end
 - ``checkpoint/``: the drafter in SpecForge's layout (config.json + model.safetensors), which
   ``localspec convert`` turns into a GGUF like any downloaded drafter
 """
@@ -25,6 +26,7 @@ from .. import _native as N
 from ..datasets import Record
 from ..errors import InvalidParameterError, LocalspecError
 from ..ggufdata import read_tensors
+from .averaging import EMA_KEY, WeightAverage, exported_weights
 from .features import (
     DataReport,
     FeatureConfig,
@@ -79,6 +81,10 @@ class TrainConfig:
     # the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16 or AMX)
     verifier: str | None = None  # the Hugging Face model the GGUF target was made from,
     # recorded in the speculators checkpoint (vLLM serves it as the target)
+    # keep an exponential moving average of the weights with this decay (0.998: about the
+    # last 500 steps) and estimate and export it instead of the last step's; 0 = off;
+    # None = as the run being resumed kept it (a new run: off)
+    ema: float | None = None
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # 0 = torch's default
@@ -587,8 +593,6 @@ def build_drafter(
     hdr = N.GGUFHeader(i.path)
     if "output.weight" in hdr.tensors:
         names.append("output.weight")
-    if cfg.init not in INITS:
-        raise InvalidParameterError(f"init must be one of {INITS}, got {cfg.init!r}")
     if cfg.init == "target-layer" and resume is None:
         names += [f"blk.{top}.{n}" for n in TOP_LAYER_TENSORS]
     w = read_tensors(i.path, names)
@@ -659,7 +663,8 @@ def load_parent(cfg: TrainConfig, info: TargetInfo, taps: tuple[int, ...]) -> di
             f"{cfg.init_from} drafts from {len(st['draft_ids'])} tokens, this run from "
             f"{size}: pass --draft-vocab {len(st['draft_ids'])}"
         )
-    return st
+    # the drafter that run exported (its average, where it kept one) is where this one starts
+    return {k: v for k, v in st.items() if k != EMA_KEY} | {"model": exported_weights(st)}
 
 
 def _same_path(a: str | None, b: str | None) -> bool:
@@ -675,6 +680,7 @@ def fresh_config(cfg: TrainConfig) -> TrainConfig:
         cfg,
         eval_data=os.path.abspath(cfg.eval_data) if cfg.eval_data else None,
         init_from=os.path.abspath(cfg.init_from) if cfg.init_from else None,
+        ema=cfg.ema or 0.0,
     )
 
 
@@ -705,7 +711,8 @@ def resumed_config(
             f"{state_path} is judged on {evals}, which is gone: restore it or use another "
             "output folder"
         )
-    return dataclasses.replace(cfg, eval_data=evals, init_from=parent)
+    ema = float(saved.get("ema") or 0.0) if cfg.ema is None else cfg.ema
+    return dataclasses.replace(cfg, eval_data=evals, init_from=parent, ema=ema)
 
 
 def check_resumable(cfg: TrainConfig, folder: str) -> None:
@@ -744,7 +751,7 @@ def estimate_on(
     cfg = TrainConfig(**{k: v for k, v in st["config"].items() if k in fields})
     draft_ids = st["draft_ids"]
     try:
-        model = build_drafter(info, cfg, draft_ids, st, [])
+        model = build_drafter(info, cfg, draft_ids, {"model": exported_weights(st)}, [])
     except RuntimeError as exc:  # weights of another shape than the config says
         raise LocalspecError(f"cannot load the drafter of {state_path}: {exc}") from None
     model.span = span
@@ -758,6 +765,26 @@ def estimate_on(
     return evaluate(model, batches, cfg.steps_unrolled, cfg.loss, walk_limit)
 
 
+def check_config(cfg: TrainConfig) -> None:
+    """Refuse absurd settings with one clear error (train() calls it before making data)."""
+    if cfg.variant not in VARIANTS:
+        raise InvalidParameterError(f"variant must be one of {VARIANTS}, got {cfg.variant!r}")
+    if cfg.steps_unrolled < 1 or cfg.window < 2 or cfg.batch_tokens < cfg.window:
+        raise InvalidParameterError("steps_unrolled must be >= 1 and batch_tokens >= window >= 2")
+    if cfg.draft_vocab < 2 or cfg.lr <= 0:
+        raise InvalidParameterError("draft_vocab must be >= 2 and lr > 0")
+    if cfg.prompt_context < 0:
+        raise InvalidParameterError(f"prompt_context must be >= 0, got {cfg.prompt_context}")
+    if cfg.init not in INITS:
+        raise InvalidParameterError(f"init must be one of {INITS}, got {cfg.init!r}")
+    if cfg.ema is not None and not 0.0 <= cfg.ema < 1.0:
+        raise InvalidParameterError(
+            f"ema is a decay per step, 0 (off) or in (0, 1) such as 0.998; got {cfg.ema}"
+        )
+    if cfg.loss not in LOSSES:
+        raise InvalidParameterError(f"loss must be one of {LOSSES}, got {cfg.loss!r}")
+
+
 class Trainer:
     def __init__(
         self,
@@ -769,16 +796,7 @@ class Trainer:
     ) -> None:
         import torch
 
-        if cfg.variant not in VARIANTS:
-            raise InvalidParameterError(f"variant must be one of {VARIANTS}, got {cfg.variant!r}")
-        if cfg.steps_unrolled < 1 or cfg.window < 2 or cfg.batch_tokens < cfg.window:
-            raise InvalidParameterError(
-                "steps_unrolled must be >= 1 and batch_tokens >= window >= 2"
-            )
-        if cfg.draft_vocab < 2 or cfg.lr <= 0:
-            raise InvalidParameterError("draft_vocab must be >= 2 and lr > 0")
-        if cfg.prompt_context < 0:
-            raise InvalidParameterError(f"prompt_context must be >= 0, got {cfg.prompt_context}")
+        check_config(cfg)
         if any(t < 1 for t in taps):
             raise InvalidParameterError(
                 f"taps {list(taps)}: the checkpoint layout counts layer outputs, so each tap "
@@ -838,6 +856,9 @@ class Trainer:
         self.t2d_map = np.full(self.info.n_vocab, -1, np.int64)
         self.t2d_map[self.draft_ids] = np.arange(len(self.draft_ids))
         self.model = self._build_model(resume or parent)
+        # the average starts at the weights training starts from (a parent's average is
+        # what its run exported, and is this run's start: see load_parent)
+        self.average = self._build_average(resume)
         self.train_data = Batcher(self.train_seqs, cfg, self.t2d_map)
         held = Batcher(self.held_seqs, cfg, self.t2d_map)
         self.held = [
@@ -907,6 +928,22 @@ class Trainer:
             raise LocalspecError(f"cannot load the drafter of {source}: {exc}") from None
         return model.to(self.device)
 
+    def _build_average(self, resume: dict[str, Any] | None) -> WeightAverage | None:
+        kept = (resume or {}).get(EMA_KEY)
+        if not self.cfg.ema:
+            if kept is not None:
+                self.log(
+                    f"{self.state_path} kept an average of its weights; with --ema 0 it is "
+                    "dropped, and estimates and the checkpoint are the last step's weights"
+                )
+            return None
+        try:
+            return WeightAverage(self.model, self.cfg.ema, kept)
+        except (RuntimeError, KeyError, TypeError) as exc:  # an average of another shape
+            raise LocalspecError(
+                f"cannot load the weight average of {self.state_path}: {exc}"
+            ) from None
+
     def _lr(self) -> float:
         return self.cfg.lr * min(1.0, (self.step + 1) / max(self.cfg.warmup, 1))
 
@@ -930,8 +967,14 @@ class Trainer:
                 "n_windows": len(self.train_data.windows),
                 "history": self.history,
                 "untrained": asdict(self.untrained) if self.untrained else None,
+                **({EMA_KEY: self.average.state()} if self.average is not None else {}),
             },
         )
+
+    @property
+    def drafter(self) -> Any:
+        """The weights estimated and exported: the average where the run keeps one."""
+        return self.average.model if self.average is not None else self.model
 
     def export(self) -> str:
         meta = {
@@ -947,7 +990,9 @@ class Trainer:
             # the rows it attends over in training: the runtime's drafter attends over as many
             "window": self.cfg.window,
         }
-        return export_checkpoint(self.model, self.folder, self.taps, self.draft_ids, meta)
+        if self.average is not None:
+            meta["ema"] = {"decay": self.cfg.ema, "updates": self.average.updates}
+        return export_checkpoint(self.drafter, self.folder, self.taps, self.draft_ids, meta)
 
     def export_speculators(self) -> str:
         """DIR/speculators: the same drafter for vLLM (written when a run ends: it carries
@@ -960,7 +1005,7 @@ class Trainer:
                 "Face model the GGUF target was made from) to serve it with vLLM as it is"
             )
         return export_speculators(
-            self.model,
+            self.drafter,
             self.folder,
             self.taps,
             self.draft_ids,
@@ -979,7 +1024,7 @@ class Trainer:
 
     def evaluate(self) -> EvalResult:
         with self._autocast():
-            return evaluate(self.model, self.held, self.cfg.steps_unrolled, self.cfg.loss)
+            return evaluate(self.drafter, self.held, self.cfg.steps_unrolled, self.cfg.loss)
 
     def _record_curve(self, ev: EvalResult, epoch: float) -> None:
         """One point of the learning curve: DIR/curve.jsonl, a line per held-out estimate."""
@@ -1010,8 +1055,6 @@ class Trainer:
         import torch
 
         cfg = self.cfg
-        if cfg.loss not in LOSSES:
-            raise InvalidParameterError(f"loss must be one of {LOSSES}, got {cfg.loss!r}")
         if self.untrained is None:
             self.untrained = self.evaluate()
             self._record_curve(self.untrained, 0.0)
@@ -1059,6 +1102,8 @@ class Trainer:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
                 self.opt.step()
+                if self.average is not None:
+                    self.average.update()
                 self.step += 1
                 self.cursor += 1
                 self.positions += int(counted[0].sum())

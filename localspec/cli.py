@@ -361,9 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="DECAY",
-        help="keep an exponential moving average of the weights (0.998: about the last 500 "
-        "steps), estimate and export it instead of the last step's weights (0: off, the "
-        "default for a new run; a resumed run keeps its own unless given)",
+        help="keep an exponential moving average of the weights (decay per step, warmed up "
+        "as min(DECAY, (1+n)/(10+n)); 0.998: about the last 500 steps once past ~4,500), "
+        "estimate and export it instead of the last step's weights (0: off, the default for "
+        "a new run; a resumed run keeps its own unless given)",
     )
     tr.add_argument("--batch-tokens", type=int, default=2048, help="positions per step")
     tr.add_argument("--window", type=int, default=512, help="positions per training window")

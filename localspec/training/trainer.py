@@ -81,8 +81,8 @@ class TrainConfig:
     # the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16 or AMX)
     verifier: str | None = None  # the Hugging Face model the GGUF target was made from,
     # recorded in the speculators checkpoint (vLLM serves it as the target)
-    # keep an exponential moving average of the weights with this decay (0.998: about the
-    # last 500 steps) and estimate and export it instead of the last step's; 0 = off;
+    # keep an exponential moving average of the weights with this decay (warmed up, see
+    # averaging.warmed_decay) and estimate and export it instead of the last step's; 0 = off;
     # None = as the run being resumed kept it (a new run: off)
     ema: float | None = None
     seed: int = 0

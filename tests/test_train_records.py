@@ -217,6 +217,34 @@ def test_resumed_run_counts_each_record_once(targets, tmp_path):
     assert again.n_tokens == whole.n_tokens
 
 
+@pytest.mark.parametrize("generate", [True, False], ids=["generate", "no-generate"])
+def test_an_interrupted_run_keeps_its_finished_sequences(targets, tmp_path, generate):
+    """Ctrl-C (or kill) while making data writes the finished sequences still waiting for a
+    shard, so the work is not lost; resumed, the run ends with what one unbroken run makes."""
+    recs = [GOOD[i % 2] for i in range(10)] + [[(U, f"q {i}")] for i in range(10)]
+    data = _write(tmp_path / "many", "jsonl", recs)
+    whole = _run(targets["chatml"], data, str(tmp_path / "whole"), generate)
+    part = str(tmp_path / "part")
+    rows: list[int] = []
+
+    def stop_after_3(n: int, report: DataReport) -> None:
+        rows.append(n)
+        if sum(1 for r in rows if r) == 3:
+            raise KeyboardInterrupt
+
+    big = {"shard_tokens": 1 << 30}  # no shard would be written before the end
+    with pytest.raises(KeyboardInterrupt):
+        build_features(targets["chatml"], records(data), part, _fcfg(generate, **big),
+                       n_threads=1, progress=stop_after_3)  # fmt: skip
+    kept = Manifest.load(part)
+    assert kept is not None and kept.used == 3 and kept.n_tokens == sum(rows)
+    assert len(load_sequences(part)) == 3 and kept.complete_for == 0
+    again = _run(targets["chatml"], data, part, generate, **big)
+    assert again.report() == whole.report()
+    assert again.n_tokens == whole.n_tokens
+    assert sorted(again.done) == sorted(whole.done)
+
+
 def test_train_reports_counts_on_progress_log_and_result(targets, tmp_path, capsys):
     recs = [
         GOOD[0],

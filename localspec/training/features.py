@@ -198,6 +198,7 @@ class FeatureWriter:
             )
         self.manifest = m or Manifest(target_fingerprint=fp, config=want)
         self.pending: list[_Seq] = []
+        self._flushing = False
         self._cpu_mark = time.process_time()  # CPU time up to the last shard written
         self.eog = target.model.eog_mask()
         self.rng = np.random.default_rng(cfg.seed + len(self.manifest.shards))
@@ -325,10 +326,16 @@ class FeatureWriter:
         source: Iterator[tuple[int, Record]] = (
             (i, rec) for i, rec in enumerate(items) if i not in done
         )
-        if cfg.generate:
-            self._run_generating(source, progress)
-        else:
-            self._run_fixed(source, progress)
+        try:
+            if cfg.generate:
+                self._run_generating(source, progress)
+            else:
+                self._run_fixed(source, progress)
+        except KeyboardInterrupt:  # Ctrl-C or kill: the finished sequences waiting for a
+            # shard are kept (up to shard_tokens rows of work); those in flight are made again
+            if not self._flushing:  # a shard half-recorded when it came is not written twice
+                self._flush(force=True)
+            raise
         self._flush(force=True)
         if m.used == 0:
             raise LocalspecError(f"no record of the training data can be used: {m.report()}")
@@ -467,6 +474,12 @@ class FeatureWriter:
         rows = sum(s.n_rows for s in self.pending)
         if not self.pending or (rows < self.cfg.shard_tokens and not force):
             return
+        self._flushing = True
+        self._write_shard()
+        self._flushing = False
+
+    def _write_shard(self) -> None:
+        """The pending sequences as the next shard, then the manifest that lists it."""
         m, seqs = self.manifest, self.pending
         taps = np.concatenate([np.concatenate(s.taps) for s in seqs])
         ids = np.concatenate([np.concatenate(s.label_ids) for s in seqs])

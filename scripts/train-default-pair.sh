@@ -11,8 +11,9 @@
 #     converted to q8_0 and verified (the drafter shipped on the evening of 2026-11-28);
 #  4. the target's greedy replies (up to 256 tokens) to ShareGPT records 9,000-15,999,
 #     prompts no earlier step used (743k positions, about 3.2 CPU-hours on both cores);
-#  5. step 3's drafter trained on them, minus one shard kept out to judge by, with 114k rows
-#     of step 2's replies as rehearsal: 962 steps at AdamW 1e-4, 416 prompt rows kept before
+#  5. step 3's drafter trained on them, minus one shard kept out to judge by, with step 2's
+#     first five shards as rehearsal (the shipped run took 114k labelled rows from the first
+#     five shards of an earlier, smaller copy of step 2's replies): 962 steps at AdamW 1e-4, 416 prompt rows kept before
 #     each reply, an exponential average of the weights (--ema 0.998) exported (1.28M
 #     positions, about 1.9 CPU-hours on both cores), converted to q8_0.
 # The shipped file was made while step 2's data grew (591k positions, then 1.35M), so its

@@ -470,20 +470,13 @@ def test_an_interrupted_run_says_it_saved_and_resumes_there(train_pair, tmp_path
 
 def test_link_shards_makes_a_folder_of_chosen_shards(train_pair, tmp_path):
     """scripts/link-shards.py: a data folder of links to chosen shards of other folders reads
-    as exactly those shards' sequences, in the order asked for; an index past the end is
-    refused."""
+    as exactly those shards' sequences, in the order asked for, and a run trains on it as it
+    is (adding no data of its own); bad choices are refused with one line, not a traceback."""
     _, target, data = train_pair
+    fcfg = _fcfg(max_tokens=800, shard_tokens=150)
     src = str(tmp_path / "src")
-    train(
-        target,
-        [data],
-        src,
-        config=_tcfg(max_steps=0),
-        features=_fcfg(max_tokens=800, shard_tokens=150),
-        taps=TAPS,
-        show_progress=False,
-        log=lambda m: None,
-    )
+    kw = {"taps": TAPS, "show_progress": False, "log": lambda m: None}
+    train(target, [data], src, config=_tcfg(max_steps=0), features=fcfg, **kw)
     folder = os.path.join(src, "data")
     names = json.loads(Path(folder, "manifest.json").read_text())["shards"]
     assert len(names) >= 3  # something to pick from
@@ -494,18 +487,37 @@ def test_link_shards_makes_a_folder_of_chosen_shards(train_pair, tmp_path):
         return [toks[off[i] : off[i + 1]].tolist() for i in range(len(off) - 1)]
 
     script = str(Path(__file__).parents[1] / "scripts" / "link-shards.py")
-    out = str(tmp_path / "mix" / "data")
-    subprocess.run([sys.executable, script, out, f"{folder}:^1", f"{folder}:1"], check=True)
-    got = [s.tokens.tolist() for s in load_sequences(out)]
-    order = [n for i, n in enumerate(names) if i != 1] + [names[1]]
+
+    def link(out: str, *sources: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, script, out, *sources], capture_output=True, text=True
+        )
+
+    mix = str(tmp_path / "mix")
+    assert link(os.path.join(mix, "data"), f"{folder}:^0-1", f"{src}:0-1").returncode == 0
+    got = [s.tokens.tolist() for s in load_sequences(os.path.join(mix, "data"))]
+    order = names[2:] + names[:2]
     assert got == [t for n in order for t in shard_tokens(n)]
     some = str(tmp_path / "some")
-    subprocess.run([sys.executable, script, some, f"{folder}:0,2"], check=True)
+    assert link(some, f"{folder}:0,2").returncode == 0
     got = [s.tokens.tolist() for s in load_sequences(some)]
     assert got == shard_tokens(names[0]) + shard_tokens(names[2])
-    bad = subprocess.run(
-        [sys.executable, script, str(tmp_path / "bad"), f"{folder}:{len(names)}"],
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode != 0 and f"the folder has {len(names)}" in bad.stderr
+
+    # all shards linked (in another order): a run on them adds none and trains on them all
+    linked = load_sequences(os.path.join(mix, "data"))
+    again = _fcfg(max_tokens=1, shard_tokens=150)
+    assert train(target, [data], mix, config=_tcfg(max_steps=2), features=again, **kw).steps == 2
+    assert len(json.loads(Path(mix, "data", "manifest.json").read_text())["shards"]) == len(names)
+    tr = Trainer(target, mix, _tcfg(max_steps=0), TAPS, log=lambda m: None)
+    assert len(tr.train_seqs) + len(tr.held_seqs) == len(linked)
+
+    for sources, says in (
+        ([f"{folder}:{len(names)}"], f"the folder has {len(names)}"),
+        ([f"{folder}:3-1"], "runs backwards"),
+        ([f"{folder}:x"], "no readable manifest.json"),
+        ([str(tmp_path / "nowhere")], "no readable manifest.json"),
+        ([folder], "one of the sources"),
+    ):
+        out = folder if says == "one of the sources" else str(tmp_path / "bad")
+        bad = link(out, *sources)
+        assert bad.returncode != 0 and says in bad.stderr and "Traceback" not in bad.stderr

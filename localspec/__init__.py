@@ -75,6 +75,12 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The module's names with the lazily imported public ones (load, Engine...), which exist
+    only once first used: dir() and completion in a REPL list them too."""
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> object:
     # The engine imports the native door (libllama); load it on first use so that
     # `import localspec` stays cheap and its errors surface as LocalspecError at use.

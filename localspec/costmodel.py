@@ -22,10 +22,10 @@ with a short chain now and then, so speculation comes back if the text turns pre
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass, replace
 from time import perf_counter
+from typing import Any
 
 import numpy as np
 
@@ -67,10 +67,14 @@ class Plan:
 
 
 class _Recent:
-    """The median of the last `window` observations. A sporadic outlier (one stalled decode)
-    does not move it; a lasting change takes over after window // 2 + 1 observations. The value
-    it starts from counts as `weight` observations: a calibrated one as the repetitions behind
-    it, a guess as none, so that the first measurement replaces a guess at once."""
+    """A low quantile (LOW_Q) of the last `window` observations of a cost. Other programs only
+    ever add time to a measurement, never take it away, so the low end of recent samples is
+    what the work itself costs; a burst of interference (another program busy for a while)
+    moves a median as soon as it covers half the window, a low quantile only once it covers
+    all but its lowest quarter. A lasting change (a longer context) still takes over after
+    ``window - rank`` observations. The value it starts from counts as `weight` observations:
+    a calibrated one as the repetitions behind it, a guess as none, so that the first
+    measurement replaces a guess at once."""
 
     def __init__(self, value: float, window: int, weight: int = 0) -> None:
         self.recent: deque[float] = deque([value] * min(weight, window), maxlen=window)
@@ -80,17 +84,20 @@ class _Recent:
     def update(self, x: float) -> None:
         self.recent.append(x)
         self.n += 1
-        self.value = statistics.median(self.recent)
+        ordered = sorted(self.recent)
+        self.value = ordered[int(LOW_Q * (len(ordered) - 1))]
 
 
 CALIBRATION_REPS = 3
-WINDOW = 5  # observations behind each cost estimate (t(1): WINDOW + 2, it is observed often)
+LOW_Q = 0.25  # the quantile of recent observations a cost is priced at
+WINDOW = 16  # observations behind each cost estimate (t(1) and plain steps: WINDOW_T1)
+WINDOW_T1 = 32  # t(1) and whole plain steps, observed most often
 
 
 class VerifyCurve:
     """t(n), seconds for one target decode of n tokens with logits on every row, modelled as a
-    base t(1) that follows the context's growth and a shape t(n)/t(1), each the median of its
-    recent observations. times: calibrated decode times per batch size (best of
+    base t(1) that follows the context's growth and a shape t(n)/t(1), each a low quantile of
+    its recent observations (_Recent). times: calibrated decode times per batch size (best of
     CALIBRATION_REPS each). Sizes between measured ones are interpolated; ``max_measured`` is
     the largest size ever measured, beyond which auto does not plan."""
 
@@ -104,7 +111,7 @@ class VerifyCurve:
         for a, b in zip(reversed(sizes[:-1]), reversed(sizes[1:]), strict=True):
             times[a] = min(times[a], times[b])
         base = times[1]
-        self.base = _Recent(base, WINDOW + 2, CALIBRATION_REPS)
+        self.base = _Recent(base, WINDOW_T1, CALIBRATION_REPS)
         self.ratio = {n: _Recent(t / base, WINDOW, CALIBRATION_REPS) for n, t in times.items()}
         self.ratio[1] = _Recent(1.0, 1, 1)
         self._sizes = sorted(self.ratio)
@@ -301,8 +308,11 @@ class Verdict:
     expected_speedup: float  # the choice's expected tokens/s over plain decoding's
     expected_tokens: float  # per step of the choice
     chain: int  # the chain length the break-even below is quoted for
-    cost_ratio: float  # a step of that chain (verify + drafting) over a plain step
-    verify_ratio: float  # the target's decode of chain + 1 tokens over a one-token decode
+    # in plain steps (a plain step's seconds as auto prices it now): a step drafting that
+    # chain, and its verify with the step's bookkeeping alone (>= 1, <= cost_ratio); the
+    # difference is the drafting
+    cost_ratio: float
+    verify_ratio: float
     needed: float | None  # acceptance per position that chain needs; None: no acceptance can
     reached: float  # the drafter's first-position acceptance, as auto estimates it
     drafts_seen: float  # first-position drafts behind that estimate (faded with age)
@@ -323,14 +333,20 @@ class Verdict:
             if self.drafts_seen >= 1
             else "the drafter's acceptance is not measured yet (auto has not drafted)"
         )
-        chain = f"a {self.chain}-token draft" if self.chain > 1 else "a 1-token draft"
+        chain = f"a draft of {self.chain} tokens" if self.chain > 1 else "a 1-token draft"
+        # the parts as printed add up to the whole as printed
+        drafting = max(round(self.cost_ratio, 2) - round(self.verify_ratio, 2), 0.0)
         cost = (
-            f"{chain} costs {self.cost_ratio:.2f}x a plain step here "
-            f"(verifying {self.chain + 1} tokens {self.verify_ratio:.2f}x one, plus drafting)"
+            f"{chain} costs {self.cost_ratio:.2f} plain steps here "
+            f"({self.verify_ratio:.2f} verifying {self.chain + 1} tokens "
+            f"+ {drafting:.2f} drafting)"
         )
         ngram = f"; {self.ngram}" if self.ngram else ""
         if not self.eagle:
-            cost = cost.replace("plus drafting", "n-gram lookups cost little")
+            cost = (
+                f"{chain} costs {self.cost_ratio:.2f} plain steps here "
+                f"(verifying {self.chain + 1} tokens; n-gram lookups cost little)"
+            )
             need = (
                 "so no n-gram draft can pay"
                 if self.needed is None
@@ -362,11 +378,15 @@ class Verdict:
         drafter = f"drafter {self.reached:.0%}" if self.drafts_seen >= 1 else "drafter unmeasured"
         if not self.eagle:
             need = "no draft pays" if self.needed is None else f"drafts need {self.needed:.0%}"
-            return f"n-gram only: {self.chain}-token draft costs {self.cost_ratio:.2f}x, {need}"
+            return (
+                f"n-gram only: {self.chain}-token draft costs {self.cost_ratio:.2f} plain "
+                f"steps, {need}"
+            )
         if self.shape is None:
             need = "no acceptance pays" if self.needed is None else f"needs {self.needed:.0%}"
             return (
-                f"plain: {self.chain}-token draft costs {self.cost_ratio:.2f}x, {need}; {drafter}"
+                f"plain: {self.chain}-token draft costs {self.cost_ratio:.2f} plain steps, "
+                f"{need}; {drafter}"
             )
         return f"{self.shape}: expected {self.expected_speedup:.2f}x plain; {drafter}"
 
@@ -389,6 +409,22 @@ class Verdict:
             "reason": self.reason,
             "brief": self.brief,
         }
+
+
+def inconsistencies(auto: dict[str, Any]) -> list[str]:
+    """What is self-contradictory in an explanation (``Verdict.as_dict()``, as the server's
+    ``timings.auto`` and bench's JSON carry it): a speedup above the tokens per step, a draft
+    cheaper than its own verify, a verify cheaper than a plain step. Empty when consistent."""
+    out = []
+    speedup, tokens = float(auto["expected_speedup"]), float(auto["expected_tokens_per_step"])
+    cost, verify = float(auto["chain_cost_ratio"]), float(auto["verify_cost_ratio"])
+    if speedup > tokens * (1 + 1e-9):
+        out.append(f"expected speedup {speedup:.3f} above {tokens:.3f} tokens per step")
+    if cost < verify * (1 - 1e-9):
+        out.append(f"a draft ({cost:.3f} plain steps) cheaper than its verify ({verify:.3f})")
+    if verify < 1 - 1e-9:
+        out.append(f"a verify ({verify:.3f} plain steps) cheaper than a plain step")
+    return out
 
 
 def break_even(cost_ratio: float, k: int) -> float | None:
@@ -447,13 +483,17 @@ class CostModel:
         t1 = verify(1)
         self.tapped = ready is not None  # a drafter's taps exist: fed and unfed steps differ
         ready = ready or ReadyCosts(t1, t1)
+        # a one-token decode with the taps off costs no more than with them on, and the one
+        # with them on is the curve's t(1): timings saying otherwise caught another program
+        t1_on = min(ready.t1_on, t1)
+        ready = replace(ready, t1_on=t1_on, t1_off=min(ready.t1_off, t1_on))
         # whole plain steps (decode, bookkeeping, the drafter's feed), fed and unfed; the
         # calibrated decode counts as its repetitions, the glue is a guess until measured
         self.plain = {
-            fed: _Recent(t + PLAIN_GLUE, WINDOW + 2, CALIBRATION_REPS)
+            fed: _Recent(t + PLAIN_GLUE, WINDOW_T1, CALIBRATION_REPS)
             for fed, t in ((True, ready.t1_on), (False, ready.t1_off))
         }
-        self.t1_off = _Recent(ready.t1_off, WINDOW + 2, CALIBRATION_REPS)  # the decode alone
+        self.t1_off = _Recent(ready.t1_off, WINDOW_T1, CALIBRATION_REPS)  # the decode alone
         # the fed t(1) first measured after the unfed plain step was: while the drafter stays
         # fed, the unfed cost follows the context's growth with t(1) from there (None: no fed
         # one-token decode measured since, so the unfed cost is as measured)
@@ -501,18 +541,28 @@ class CostModel:
         if shape is None:
             grown = self.verify(1) / self._unfed_base if self._unfed_base else 1.0
             return self.plain[False].value * grown
-        k = shape.top_k
+        return self.verify_step(shape) + self.drafting(shape)
+
+    def at_least_plain(self, seconds: float) -> float:
+        """A step that verifies a draft, priced no lower than a plain step: it does all of a
+        plain step's work and more. Estimates made at different moments on a busy machine can
+        disagree; this keeps every draft at least as dear as plain decoding, so no expected
+        speedup exceeds the tokens a step is expected to emit."""
+        return max(seconds, self.step_time(None))
+
+    def verify_step(self, shape: TreeShape) -> float:
+        """Seconds of a draft step's verify and bookkeeping (no drafting): the target's decode
+        of the root and the draft's nodes, never less than a plain step."""
         mode = "chain" if shape.is_chain else "tree"
         nodes = min(shape.budget, shape.depth) if shape.is_chain else shape.budget
-        if not self.expand:  # no drafter: a draft is priced by its verify and glue alone
-            return self.verify(1 + nodes) + self.glue[mode].value
-        expand = self.expand.get(k) or self.expand[max(self.expand)]
-        return (
-            self.verify(1 + nodes)
-            + self.flush.value
-            + (shape.depth - 1) * expand.value
-            + self.glue[mode].value
-        )
+        return self.at_least_plain(self.verify(1 + nodes) + self.glue[mode].value)
+
+    def drafting(self, shape: TreeShape) -> float:
+        """Seconds the EAGLE drafter spends drafting this shape (0 without a drafter)."""
+        if not self.expand:
+            return 0.0
+        expand = self.expand.get(shape.top_k) or self.expand[max(self.expand)]
+        return self.flush.value + (shape.depth - 1) * expand.value
 
     def predict(self, shape: TreeShape | None, p: np.ndarray | None = None) -> Plan:
         """Expected tokens and seconds of one step with this shape (no search)."""
@@ -537,8 +587,10 @@ class CostModel:
             max_depth = min(MAX_DEPTH if k == 1 else MAX_TREE_DEPTH, budget, max_nodes)
             depths = np.arange(max_depth)  # drafting D deep costs D - 1 expansions
             gains = expected_gains(p, k, max_depth, max_nodes)
-            fixed = self.flush.value + self.glue["chain" if k == 1 else "tree"].value
-            times = verify[None, 2:] + (fixed + depths * self.expand[k].value)[:, None]
+            glue = self.glue["chain" if k == 1 else "tree"].value
+            # each step's verify and bookkeeping, no cheaper than a plain step; then drafting
+            checked = np.maximum(verify[2:] + glue, self.step_time(None))
+            times = checked[None, :] + (self.flush.value + depths * self.expand[k].value)[:, None]
             rate = gains / times
             if np.isnan(rate).all():
                 continue
@@ -573,7 +625,7 @@ class CostModel:
             late = self._plan_seen - seen >= max(1e-9, ASLEEP_FADE * self._plan_seen) or (
                 self.hopeless and self.acceptance.first_rank0_bound() >= self._probe_bar
             )
-            # plain decoding's cost against the search's: a slow drift counts, a median
+            # plain decoding's cost against the search's: a slow drift counts, an estimate
             # flipping to and fro on a noisy machine does not
             drift = abs(self.step_time(None) - self._plan_plain) > 0.1 * self._plan_plain
             moved = drift or self._verify_version != self._plan_verify
@@ -648,40 +700,50 @@ class CostModel:
             lo, hi = (lo, mid) if pays(mid) else (mid, hi)
         return hi
 
-    def explain(self) -> Verdict | None:
-        """Why auto runs what it runs now (None before its first plan)."""
-        return self.verdict(self._searched) if self._searched is not None else None
+    def explain(self, *, eagle: bool = True) -> Verdict | None:
+        """Why auto runs what it runs now (None before its first plan); eagle: the EAGLE
+        drafter takes part (else drafts are the n-gram index's, priced without drafting)."""
+        if self._searched is None:
+            return None
+        return self.verdict(self._searched, eagle=eagle)
 
-    def verdict(self, plan: Plan) -> Verdict:
-        """Why this plan: its expected gain and the break-even acceptance of drafting here."""
+    def verdict(self, plan: Plan, *, eagle: bool = True) -> Verdict:
+        """Why this plan: its expected gain and the break-even acceptance of drafting here,
+        every cost in plain steps at today's prices (so a draft never reads cheaper than its
+        own verify, nor a speedup above the tokens per step)."""
         plain = self.step_time(None)
-        best: tuple[float, int, float] | None = None  # (needed, k, cost ratio)
-        fallback: tuple[float, int, float] | None = None  # no k can pay: the least hopeless
+        best: tuple[float, int] | None = None  # (needed, k)
+        fallback: tuple[float, int] | None = None  # no k can pay: the least hopeless
         for k in range(1, min(MAX_DEPTH, self.verify.max_measured - 1) + 1):
-            ratio = self.step_time(TreeShape(k, 1, k)) / plain
+            shape = TreeShape(k, 1, k)
+            # without EAGLE in the call, a draft is the n-gram index's: no drafter runs
+            step = self.step_time(shape) if eagle else self.verify_step(shape)
+            ratio = step / plain
             need = break_even(ratio, k)
             if need is not None and (best is None or need < best[0] - 1e-9):
-                best = (need, k, ratio)
+                best = (need, k)
             if fallback is None or ratio / (k + 1) < fallback[0]:
-                fallback = (ratio / (k + 1), k, ratio)
+                fallback = (ratio / (k + 1), k)
+        needed: float | None = None
         if best is not None:
-            needed: float | None = best[0]
-            k, ratio = best[1], best[2]
+            needed, k = best
         elif fallback is not None:
-            needed = None
-            k, ratio = fallback[1], fallback[2]
+            k = fallback[1]
         else:  # only one-token decodes were measured: a draft is priced at no size
-            needed, k, ratio = None, 1, self.step_time(TreeShape(1, 1, 1)) / plain
+            k = 1
+        chain = TreeShape(k, 1, k)
+        verify_ratio = self.verify_step(chain) / plain
+        cost_ratio = verify_ratio + (self.drafting(chain) / plain if eagle else 0.0)
         p = self.acceptance.probabilities()
-        base = self.predict(None).tokens_per_s
+        seconds = self.step_time(plan.shape) if plan.shape is not None else plain
         return Verdict(
             shape=plan.shape,
             explore=plan.explore,
-            expected_speedup=plan.tokens_per_s / base if base > 0 else 1.0,
+            expected_speedup=plan.tokens * plain / seconds if seconds > 0 else 1.0,
             expected_tokens=plan.tokens,
             chain=k,
-            cost_ratio=ratio,
-            verify_ratio=self.verify(k + 1) / self.verify(1),
+            cost_ratio=cost_ratio,
+            verify_ratio=verify_ratio,
             needed=needed,
             reached=float(p[0, 0]),
             drafts_seen=float(self.acceptance.counts[0].sum()),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,7 +23,6 @@ from .clocks import cost_clock
 from .discovery import default_target, find_drafter
 from .drafter import Drafter
 from .drafter_spec import DrafterSpec
-from .drafttree import EAGLE, NGRAM
 from .errors import (
     ContextFullError,
     GenerationError,
@@ -36,15 +35,21 @@ from .gguf_keys import RECURRENT_ARCHS
 from .options import (
     DRAFT_SOURCES,
     MAX_DRAFT,
+    Drafting,
     DraftSource,
     NDraft,
     RuntimeOptions,
     check_draft_source,
     check_flash_attn,
     check_int,
+    check_max_tokens,
+    check_model_file,
     check_n_draft,
     check_stops,
     check_tree,
+    draft_mode,
+    loads_drafter,
+    no_drafter_note,
 )
 from .parts import Parts
 from .probe import Probe
@@ -93,7 +98,11 @@ def load(
     draft: an EAGLE-3 drafter's path; None finds ``NAME.eagle3.gguf`` (or a drafter recorded
     for this target) next to the target; False loads none. draft_source: where drafts come
     from: "auto" (default: the EAGLE drafter when loaded and the n-gram index of the context,
-    which needs no file), "eagle", "ngram", or "none" (plain decoding). n_gpu_layers=-1
+    which needs no file), "eagle", "ngram", or "none" (plain decoding). With "ngram" or "none"
+    no drafter is looked for (draft=None loads none; a path given is loaded, for calls that
+    ask for "eagle"): a call asking for EAGLE drafts then runs plain decoding and its
+    ``stats.notes`` say that no drafter is loaded. n_ctx: the context in tokens (0: the
+    model's trained context); no call runs past it. n_gpu_layers=-1
     offloads every layer (CUDA/Metal builds). n_draft: "auto" (default) lets the cost model
     choose at every step between plain decoding, the sources' chains and trees and a merged
     tree; an integer fixes a chain of that length (0: plain), from the EAGLE drafter (or the
@@ -141,6 +150,12 @@ class Engine:
         if draft is True:
             raise InvalidParameterError("draft must be a path, None (find one) or False")
         target_path = os.fspath(target) if target is not None else default_target()
+        check_model_file(target_path, "target")  # the target's problems first
+        # what is loaded: only what the engine's draft source may draft from
+        none_note = ""
+        if not loads_drafter(draft, self._source):
+            none_note = no_drafter_note(draft, self._source)
+            draft = False
         self.stats = Stats()
         self._last_stats = Stats()
         self._lock = threading.RLock()  # one step at a time; close() waits for it
@@ -151,9 +166,12 @@ class Engine:
         # every drafter loaded so far (file identity -> it and its scheduler), for use_drafter
         self._drafters: dict[tuple[str, int, int], tuple[Drafter, Scheduler]] = {}
         self._no_draft = draft is False
-        self.drafter_note = ""
+        self.drafter_note = none_note  # why there is no drafter (one found or loaded: which)
         # Read the drafter's header before loading anything heavy: a bad file fails fast.
-        spec = DrafterSpec(os.fspath(draft)) if draft is not None and draft is not False else None
+        spec = None
+        if draft is not None and draft is not False:
+            check_model_file(os.fspath(draft), "drafter")
+            spec = DrafterSpec(os.fspath(draft))
         self._max_tree, self._max_top_k = Scheduler.capacity(n_batch, draft_batch)
         if draft is False or N.GGUFHeader(target_path).architecture in RECURRENT_ARCHS:
             # no drafter: n-gram chains need no tree sequences, and each sequence costs a
@@ -171,7 +189,7 @@ class Engine:
                 self._drafter = self._new_drafter(spec)
                 self.drafter_note = _drafter_note(self._drafter)
             elif draft is False:
-                self.drafter_note = "no EAGLE drafter (draft=False)"
+                pass  # drafter_note says why
             else:
                 self.drafter_note = f"no drafter found next to {target_path}"
             if passed:
@@ -219,8 +237,22 @@ class Engine:
 
     @property
     def n_ctx(self) -> int:
-        """The context window in tokens (llama.cpp may round the requested size up)."""
+        """The context window in tokens: n_ctx as asked (0: the model's trained context). No
+        call runs past it, though llama.cpp allocates at least 256 cells (in steps of 256)."""
         return self._target.n_ctx
+
+    @property
+    def drafting(self) -> Drafting:
+        """What this engine can draft with: the facts options.draft_mode reads (the command
+        line names its notes with its own flags from them)."""
+        return Drafting(
+            can_draft=self._can_draft,
+            has_drafter=self._drafter is not None,
+            drafter_note=self.drafter_note,
+            architecture=self._target.architecture,
+            max_tree=self._max_tree,
+            max_top_k=self._max_top_k,
+        )
 
     @property
     def draft_source(self) -> DraftSource:
@@ -293,7 +325,7 @@ class Engine:
         step raises GenerationError."""
         self._check_open()
         sp = SamplingParams(float(temperature), top_k, float(top_p))
-        check_int("max_tokens", max_tokens, 0, 1 << 24)
+        check_max_tokens(max_tokens)
         mode, notes = self._mode(n_draft, tree, draft_source)
         if seed is not None:
             check_int("seed", seed, 0, 2**63 - 1)
@@ -423,8 +455,9 @@ class Engine:
         if self._no_draft:
             # without a drafter at load the target has no sequences for draft trees
             raise LocalspecError(
-                f"cannot use drafter {path}: this engine was loaded with draft=False, which "
-                "leaves out what draft trees need; load it with a drafter to switch drafters"
+                f"cannot use drafter {path}: this engine was loaded without one "
+                f"({self.drafter_note}), which leaves out what draft trees need; load it with "
+                "a drafter to switch drafters"
             )
         spec = DrafterSpec(path)  # the header alone: nothing native yet
         self._current = None  # a graph-callback target's first tap check decodes a probe
@@ -486,18 +519,59 @@ class Engine:
                 raise SessionStateError(f"session file {path}: {exc}") from None
             return self._target.n
 
-    def _calibrate_first(self) -> None:
+    @property
+    def calibration_pending(self) -> bool:
+        """Whether the engine's next auto call would first time this machine (no calibration
+        in use and none stored for this set-up, or one timed on a busy machine that is due to
+        be timed again now that the machine is quiet): ``calibrate`` does it now, with
+        progress."""
+        with self._lock:
+            self._check_open()
+            mode, _ = self._mode(None, None)
+            sched = self._scheduler
+            if not sched.calibration_needed(mode, sched.recalibrate):
+                return False
+            if sched.recalibrate or sched.retime:
+                return True
+            rows, widths = sched.calibration_request(self._target.n_batch)
+            return not self._state.calibration_stored(self._rt, max_rows=rows, top_ks=widths)
+
+    def calibrate(self, progress: Callable[[float], None] | None = None) -> bool:
+        """Time this machine for auto now, if the engine's own mode would at its next call
+        (auto, no calibration in use). A valid stored calibration is used instead of timing
+        again. progress(fraction) is called as the timing advances (from this thread).
+        When it calibrates (or reads a stored calibration), a generation still running is
+        superseded and the caches are emptied; otherwise nothing changes. Returns True when
+        the machine was timed."""
+        with self._lock:
+            self._check_open()
+            mode, _ = self._mode(None, None)
+            if not self._scheduler.calibration_needed(mode, self._scheduler.recalibrate):
+                return False
+            self._current = None
+            return self._calibrate_first(progress, checked=True)
+
+    def _calibrate_first(
+        self, progress: Callable[[float], None] | None = None, *, checked: bool = False
+    ) -> bool:
         """Calibrate auto now when the engine's own mode would at its next call: timing the
-        machine empties the caches, which would lose a restored session."""
+        machine empties the caches, which would lose a restored session. checked: the caller
+        found it needed."""
         mode, _ = self._mode(None, None)
         sched = self._scheduler
-        if sched.calibration_needed(mode, sched.recalibrate):
-            rows, widths = sched.calibration_request(self._target.n_batch)
-            cal = self._state.calibrate(
-                self._rt, max_rows=rows, top_ks=widths, recalibrate=sched.recalibrate
-            )
-            sched.calibrated(cal)
-            sched.recalibrate = False
+        if not checked and not sched.calibration_needed(mode, sched.recalibrate):
+            return False
+        rows, widths = sched.calibration_request(self._target.n_batch)
+        cal = self._state.calibrate(
+            self._rt,
+            max_rows=rows,
+            top_ks=widths,
+            recalibrate=sched.recalibrate or sched.retime,
+            progress=progress,
+        )
+        sched.calibrated(cal)
+        sched.recalibrate = False
+        return cal.measured
 
     # --- resources ---------------------------------------------------------------------------
 
@@ -569,60 +643,15 @@ class Engine:
     def _mode(
         self, n_draft: NDraft | None, tree: Any, draft_source: Any = None
     ) -> tuple[Mode, list[str]]:
-        """The mode a call runs, and a note for each part of the request it cannot honour."""
+        """The mode a call runs, and a note for each part of the request it cannot honour
+        (options.draft_mode: the rules the command line shares). A call's n_draft, tree and
+        draft_source replace the engine's; its n_draft alone replaces the engine's tree too."""
         k = self._n_draft if n_draft is None else check_n_draft(n_draft)
         shape = check_tree(tree) if tree is not None else (self._tree if n_draft is None else None)
         source = self._source if draft_source is None else check_draft_source(draft_source)
-        notes: list[str] = []
-        if source == "none":
-            return Mode("plain"), notes
-        if not self._can_draft:
-            fixed = k not in (0, "auto") or shape is not None or source != "auto"
-            if fixed:
-                notes.append(
-                    f"{self._target.architecture} has recurrent layers, whose state cannot be "
-                    "cut back after a rejected draft: plain decoding"
-                )
-            return Mode("plain"), notes
-        if source == "ngram":
-            if shape is not None and not shape.is_chain:
-                raise InvalidParameterError(
-                    f"{shape}: fixed trees are drafted by the EAGLE drafter; n-gram drafts "
-                    "take n_draft (a chain length, or auto)"
-                )
-            ngram = frozenset({NGRAM})
-            if shape is not None:
-                return Mode("chain", shape, ngram), notes
-            if k == "auto":
-                return Mode("auto", None, ngram), notes
-            return (Mode("chain", TreeShape(k, 1, k), ngram) if k else Mode("plain")), notes
-        if self._drafter is None:
-            fixed = k not in (0, "auto")  # auto and 0 ask for nothing a drafter must give
-            asked = str(shape) if shape is not None else (f"n_draft={k}" if fixed else "")
-            if asked:  # no drafter: plain decoding, whatever was asked
-                notes.append(f"{asked} runs plain decoding: {self.drafter_note}")
-                return Mode("plain"), notes
-            if source == "eagle":
-                if k == "auto":
-                    notes.append(f"draft_source=eagle runs plain decoding: {self.drafter_note}")
-                return Mode("plain"), notes
-            return (Mode("auto", None, frozenset({NGRAM})) if k == "auto" else Mode("plain")), notes
-        if shape is not None:
-            if shape.top_k > max(1, self._max_top_k) or (
-                not shape.is_chain and shape.budget > self._max_tree
-            ):
-                raise InvalidParameterError(
-                    f"{shape} does not fit this engine: at most {self._max_tree} nodes "
-                    f"(n_batch - 2) and top_k {self._max_top_k} ((draft_batch - 1) // 2)"
-                )
-            if tree is not None and n_draft is not None:
-                notes.append(f"both n_draft={k} and {shape} were given: the tree runs")
-            # even a top-1 tree accepts by the target's own draws
-            return Mode("tree", shape), notes
-        if k == "auto":
-            sources = {EAGLE, NGRAM} if source == "auto" else {EAGLE}
-            return Mode("auto", None, frozenset(sources)), notes
-        return (Mode("chain", TreeShape(k, 1, k)) if k else Mode("plain")), notes
+        both = tree is not None and n_draft is not None
+        mode, notes = draft_mode(k, shape, source, self.drafting, both_given=both)
+        return mode, notes
 
     def _prompt_tokens(
         self, prompt: str | Sequence[int], add_special: bool, parse_special: bool

@@ -24,7 +24,13 @@ class PairMismatchError(LocalspecError):
 
 
 class InvalidParameterError(LocalspecError, ValueError):
-    """An argument is out of range or inconsistent."""
+    """An argument is out of range or inconsistent. ``parameter``: the argument's name as the
+    API spells it (max_tokens, n_ctx...) where one argument is at fault, else None; the
+    command line names its own flag instead."""
+
+    def __init__(self, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
 
 
 class GenerationError(LocalspecError):

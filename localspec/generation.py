@@ -103,7 +103,10 @@ class Generation:
             wall = parts.probe.now()[0]
             max_rows, widths = sched.calibration_request(parts.target.n_batch)
             cal = state.calibrate(
-                parts.rt, max_rows=max_rows, top_ks=widths, recalibrate=self.recalibrate
+                parts.rt,
+                max_rows=max_rows,
+                top_ks=widths,
+                recalibrate=self.recalibrate or sched.retime,
             )
             sched.calibrated(cal)
             if cal.measured:  # not when read from the disk cache
@@ -227,7 +230,9 @@ class Generation:
         stats.record_step(len(tree), len(out.path), plan.label, tree.depth)
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:
-            stats.record_prediction(plan.choice.tokens, plan.choice.seconds)
+            cost = self.parts.scheduler.cost
+            plain = cost.step_time(None) if cost is not None else 0.0
+            stats.record_prediction(plan.choice.tokens, plan.choice.seconds, plain)
             # for readers while it streams; unplanned (quiet) steps change no reason
             if not plan.quiet and stats.steps - self._explained >= EXPLAIN_EVERY:
                 stats.auto = self.parts.scheduler.explain()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .errors import InvalidParameterError
+from .errors import InvalidParameterError, ModelFileError
 from .hardware import physical_cores
 
 if TYPE_CHECKING:
@@ -27,14 +28,17 @@ def check_draft_source(value: Any) -> DraftSource:
     index of the context, or none (plain decoding)."""
     if value not in DRAFT_SOURCES:
         raise InvalidParameterError(
-            f"draft_source must be one of {', '.join(DRAFT_SOURCES)}, got {value!r}"
+            f"draft_source must be one of {', '.join(DRAFT_SOURCES)}, got {value!r}",
+            parameter="draft_source",
         )
     return value  # type: ignore[no-any-return]
 
 
 def check_int(name: str, value: Any, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        raise InvalidParameterError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        raise InvalidParameterError(
+            f"{name} must be an integer in [{lo}, {hi}], got {value!r}", parameter=name
+        )
     return int(value)
 
 
@@ -42,7 +46,9 @@ def check_n_draft(value: Any) -> NDraft:
     if value == "auto":
         return "auto"
     if isinstance(value, str):
-        raise InvalidParameterError(f'n_draft must be "auto" or an integer, got {value!r}')
+        raise InvalidParameterError(
+            f'n_draft must be "auto" or an integer, got {value!r}', parameter="n_draft"
+        )
     return check_int("n_draft", value, 0, MAX_DRAFT)
 
 
@@ -70,9 +76,11 @@ def check_stops(value: Any) -> list[str]:
     elif isinstance(value, Iterable) and not isinstance(value, Mapping):
         stops = list(value)
     else:
-        raise InvalidParameterError(f"stop must be a string or a list of strings, got {value!r}")
+        raise InvalidParameterError(
+            f"stop must be a string or a list of strings, got {value!r}", parameter="stop"
+        )
     if any(not isinstance(s, str) or not s for s in stops):
-        raise InvalidParameterError("stop strings must be non-empty strings")
+        raise InvalidParameterError("stop strings must be non-empty strings", parameter="stop")
     return stops
 
 
@@ -83,7 +91,9 @@ def check_flash_attn(value: Any) -> bool | None:
         return table[value.lower()]
     if value is None or isinstance(value, bool):
         return value
-    raise InvalidParameterError(f"flash_attn must be True, False, None or on/off/auto: {value!r}")
+    raise InvalidParameterError(
+        f"flash_attn must be True, False, None or on/off/auto: {value!r}", parameter="flash_attn"
+    )
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,9 @@ class RuntimeOptions:
         if self.draft_window is not None:
             check_int("draft_window", self.draft_window, 0, 1 << 24)
         if self.kv_type not in KV_TYPES:
-            raise InvalidParameterError(f"kv_type must be one of {', '.join(KV_TYPES)}")
+            raise InvalidParameterError(
+                f"kv_type must be one of {', '.join(KV_TYPES)}", parameter="kv_type"
+            )
         flash_attn = check_flash_attn(self.flash_attn)
         if self.kv_type in QUANTIZED_KV and flash_attn is False:
             # llama.cpp refuses the context (its reason only in its log); auto turns flash
@@ -129,3 +141,168 @@ class RuntimeOptions:
     def threads(self) -> int:
         assert self.n_threads is not None, "use checked() first"
         return self.n_threads
+
+
+# --- the request rules: what a combination runs and what is loaded ---------------------------
+# The engine and the command line both call these, each naming the parameters its user typed
+# (Spelling): the API's keywords or the command's flags.
+
+MAX_TOKENS = 1 << 24
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How the notes and errors of the rules below name what was asked for."""
+
+    n_draft: str = "n_draft={}"  # a fixed chain length
+    tree: str = "{}"  # a fixed tree, formatted with its TreeShape ("tree 2x2/4")
+    draft_source: str = "draft_source={}"
+    n_draft_name: str = "n_draft"  # the chain-length parameter itself
+    no_drafts: str = "draft_source=none"  # how plain decoding by choice was asked for
+
+
+API_SPELLING = Spelling()
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """What an engine can draft with: the facts draft_mode reads."""
+
+    can_draft: bool  # False: recurrent layers, whose state cannot be cut back
+    has_drafter: bool  # an EAGLE drafter is loaded
+    drafter_note: str  # which drafter, or why there is none
+    architecture: str
+    max_tree: int  # nodes one verify batch holds
+    max_top_k: int  # the widest frontier the drafter's batch holds
+
+
+def loads_drafter(draft: Any, draft_source: DraftSource) -> bool:
+    """Whether an engine looks for an EAGLE drafter: a drafter named by path is loaded (a call
+    may still draft from it), one found next to the target only for the sources that draft
+    from it (auto, eagle); draft=False loads none."""
+    if draft is False:
+        return False
+    return draft is not None or draft_source in ("auto", "eagle")
+
+
+def no_drafter_note(draft: Any, draft_source: DraftSource) -> str:
+    """Why an engine that looked for no drafter has none (loads_drafter False)."""
+    if draft is False:
+        return "no EAGLE drafter (draft=False)"
+    what = "drafts from the context only" if draft_source == "ngram" else "is plain decoding"
+    return f"no EAGLE drafter loaded (draft source {draft_source} {what})"
+
+
+def check_model_file(path: str, role: str | None = None) -> None:
+    """ModelFileError for a model path that is not a file: missing, or a folder (which is
+    named as one, with the GGUF files it holds). role: "target" or "drafter"."""
+    if os.path.isfile(path):
+        return
+    if not os.path.isdir(path):
+        raise ModelFileError(f"no such file: {path}")
+    try:
+        ggufs = sorted(n for n in os.listdir(path) if n.lower().endswith(".gguf"))
+    except OSError:
+        ggufs = []
+    held = f" (it holds {', '.join(ggufs[:4])}{', ...' if len(ggufs) > 4 else ''})" if ggufs else ""
+    what = f"the {role}'s" if role else "a"
+    raise ModelFileError(
+        f"{path} is a folder, not a GGUF file: give {what} .gguf file itself{held}"
+    )
+
+
+def check_max_tokens(value: Any, *, least: int = 0) -> int:
+    """Tokens to generate. The API takes 0 (the call only reads its prompt into the cache); a
+    command generates at least one (least=1: `generate -n 0`, `chat -n 0` and `bench -n 0` are
+    refused alike)."""
+    return check_int("max_tokens", value, least, MAX_TOKENS)
+
+
+def check_source_shape(source: str, shape: TreeShape | None, spelling: Spelling) -> None:
+    """n-gram drafts are chains: a fixed tree with draft source ngram is refused."""
+    if source == "ngram" and shape is not None and not shape.is_chain:
+        raise InvalidParameterError(
+            f"{spelling.tree.format(shape)}: fixed trees are drafted by the EAGLE drafter; "
+            f"{spelling.draft_source.format('ngram')} takes {spelling.n_draft_name} "
+            "(a chain length, or auto)",
+            parameter="tree",
+        )
+
+
+def draft_mode(
+    k: NDraft,
+    shape: TreeShape | None,
+    source: str,  # a DraftSource, checked by the caller
+    facts: Drafting,
+    *,
+    both_given: bool = False,
+    spelling: Spelling = API_SPELLING,
+) -> tuple[Any, list[str]]:
+    """The Mode a request runs (k: the chain length or auto; shape: a fixed tree or chain;
+    source: where drafts come from), and a note for each part of it that cannot be honoured
+    (plain decoding where drafts were asked for). InvalidParameterError for what no engine
+    can run (a fixed tree from the n-gram index, a tree larger than the engine holds)."""
+    # imported here: scheduler.py imports the model modules, which import this one
+    from .drafttree import EAGLE, NGRAM
+    from .scheduler import Mode
+    from .tree import TreeShape as Shape
+
+    fixed = k not in (0, "auto")  # auto and 0 ask for nothing a drafter must give
+    asked = (
+        spelling.tree.format(shape)
+        if shape is not None
+        else (spelling.n_draft.format(k) if fixed else "")
+    )
+    notes: list[str] = []
+    if source == "none":
+        if asked:
+            notes.append(f"{asked} runs plain decoding: {spelling.no_drafts} drafts nothing")
+        return Mode("plain"), notes
+    if not facts.can_draft:
+        if asked or source != "auto":
+            notes.append(
+                f"{facts.architecture} has recurrent layers, whose state cannot be cut back "
+                "after a rejected draft: plain decoding"
+            )
+        return Mode("plain"), notes
+    if source == "ngram":
+        check_source_shape(source, shape, spelling)
+        ngram = frozenset({NGRAM})
+        if shape is not None:
+            return Mode("chain", shape, ngram), notes
+        if k == "auto":
+            return Mode("auto", None, ngram), notes
+        return (Mode("chain", Shape(k, 1, k), ngram) if k else Mode("plain")), notes
+    if not facts.has_drafter:
+        if asked:  # no drafter: plain decoding, whatever was asked
+            notes.append(f"{asked} runs plain decoding: {facts.drafter_note}")
+            return Mode("plain"), notes
+        if source == "eagle":
+            if k == "auto":
+                notes.append(
+                    f"{spelling.draft_source.format('eagle')} runs plain decoding: "
+                    f"{facts.drafter_note}"
+                )
+            return Mode("plain"), notes
+        return (Mode("auto", None, frozenset({NGRAM})) if k == "auto" else Mode("plain")), notes
+    if shape is not None:
+        if shape.top_k > max(1, facts.max_top_k) or (
+            not shape.is_chain and shape.budget > facts.max_tree
+        ):
+            raise InvalidParameterError(
+                f"{spelling.tree.format(shape)} does not fit this engine: at most "
+                f"{facts.max_tree} nodes (n_batch - 2) and top_k {facts.max_top_k} "
+                "((draft_batch - 1) // 2)",
+                parameter="tree",
+            )
+        if both_given:
+            notes.append(
+                f"both {spelling.n_draft.format(k)} and {spelling.tree.format(shape)} were "
+                "given: the tree runs"
+            )
+        # even a top-1 tree accepts by the target's own draws
+        return Mode("tree", shape), notes
+    if k == "auto":
+        sources = {EAGLE, NGRAM} if source == "auto" else {EAGLE}
+        return Mode("auto", None, frozenset(sources)), notes
+    return (Mode("chain", Shape(k, 1, k)) if k else Mode("plain")), notes

@@ -21,11 +21,17 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.temperature) and 0.0 <= self.temperature <= 100.0):
-            raise InvalidParameterError(f"temperature must be in [0, 100], got {self.temperature}")
+            raise InvalidParameterError(
+                f"temperature must be in [0, 100], got {self.temperature}", parameter="temperature"
+            )
         if not (isinstance(self.top_k, int) and self.top_k >= 0):
-            raise InvalidParameterError(f"top_k must be an integer >= 0, got {self.top_k}")
+            raise InvalidParameterError(
+                f"top_k must be an integer >= 0, got {self.top_k}", parameter="top_k"
+            )
         if not (0.0 < self.top_p <= 1.0):
-            raise InvalidParameterError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidParameterError(
+                f"top_p must be in (0, 1], got {self.top_p}", parameter="top_p"
+            )
 
     @property
     def greedy(self) -> bool:

@@ -6,10 +6,11 @@ generation loop carries out its plans on the SpecState."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .calibration import Calibration
+from .calibration import Calibration, OtherLoad
 from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan, Verdict
 from .drafttree import EAGLE, NGRAM
 from .sourcechoice import MAX_NGRAM_DEPTH, Choice, NGramOffer, SourceChoice
@@ -25,12 +26,14 @@ EXPLORE_SHARE = 0.005  # of auto's plain decoding time, what probing a useless d
 # a drafter asleep because nothing paid wakes at once when its mean estimates, over at least
 # this many first-position drafts (faded), expect this much more than plain decoding
 WAKE_EVIDENCE, WAKE_MARGIN = 16.0, 1.1
-# ... once plain steps measured since it fell asleep are enough to move plain decoding's
-# estimate (a median of 7), and not within a few tokens of the call's end (waking pays two
-# switches of the taps)
+# ... once some plain steps were measured since it fell asleep (plain decoding's estimate, a
+# low quantile of recent ones, follows them once they outnumber the old ones three to one),
+# and not within a few tokens of the call's end (waking pays two switches of the taps)
 WAKE_REMEASURED, WAKE_MIN_BUDGET = 4, 8
 QUIET_STEPS = 16  # plain steps a sleeping drafter's plan is reused for, unplanned
 QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
+RETIME_AFTER_S = 60.0  # a calibration timed on a busy machine: how often to look for quiet
+RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each noisy one)
 
 
 @dataclass(frozen=True)
@@ -128,11 +131,34 @@ class Scheduler:
         self._quiet = 0
         self._quiet_plans = (StepPlan(), StepPlan())  # (learning from its costs, not)
         self._plain_at_sleep = 0  # unfed plain steps measured when the drafter fell asleep
+        # the calibration in use was timed on a busy machine: other programs' CPU use since,
+        # to time it again when the machine is quiet (None: it was quiet)
+        self._noisy: OtherLoad | None = None
+        self._noisy_at = 0.0
+        self._retime_after = RETIME_AFTER_S  # doubled after each timing that was noisy too
+        self.retime = False  # the next calibration times the machine again (it is quiet now)
 
     # --- calling ----------------------------------------------------------------------------
 
-    def calibration_needed(self, mode: Mode, recalibrate: bool) -> bool:
-        return mode.kind == "auto" and (self.cost is None or recalibrate)
+    def calibration_needed(self, mode: Mode, recalibrate: bool, *, look: bool = True) -> bool:
+        """Whether an auto call must time the machine first: no calibration yet, one asked
+        for, or the one in use was timed on a busy machine and the machine is quiet now
+        (look: check that, at most every RETIME_AFTER_S)."""
+        if mode.kind != "auto":
+            return False
+        if self.cost is None or recalibrate or self.retime:
+            return True
+        if not look or self._noisy is None:
+            return False
+        if time.monotonic() - self._noisy_at < self._retime_after:
+            return False
+        self._noisy_at = time.monotonic()
+        # quiet since the last look: time it again (if that one is noisy too, look less often)
+        if self._noisy.busy() is False:
+            self._retime_after = min(2 * self._retime_after, RETIME_LATEST_S)
+            self.retime = True  # measured anew, not read back from the disk
+            return True
+        return False
 
     def calibration_request(self, n_batch: int) -> tuple[int, tuple[int, ...]]:
         """(the largest verify batch to time, the drafter's frontier widths to time)."""
@@ -141,8 +167,27 @@ class Scheduler:
         return min(n_batch, rows), widths if self.has_drafter else ()
 
     def calibrated(self, cal: Calibration) -> None:
+        """Price steps from this calibration. What was learnt of acceptance is kept when the
+        machine is timed again; one timed on a busy machine is timed again once it is quiet
+        (where the kernel tells other programs' CPU use)."""
+        old, old_choice = self.cost, self.choice
+        self.retime = False
         self.cost = cal.cost_model(self.max_tree)
         self.choice = SourceChoice(self.cost, max_nodes=max(self.max_tree, 1))
+        if old is not None and old_choice is not None:
+            self.cost.acceptance = old.acceptance
+            self.cost.hopeless = old.hopeless
+            self.choice.ngram = old_choice.ngram
+            self._plain_at_sleep = self.cost.plain[False].n  # counts restart with the model
+        self._noisy = None if cal.quiet else OtherLoad(cal.threads)
+        self._noisy_at = time.monotonic()
+        if cal.quiet:
+            self._retime_after = RETIME_AFTER_S
+        if old is None:
+            # the first search now: where no draft can pay on this machine even on optimistic
+            # acceptance, the first call starts with the drafter asleep (unfed: no prompt fed
+            # to it, no switch of the taps after its first step)
+            self.cost.plan(MAX_DEPTH)
 
     def start(self, mode: Mode) -> None:
         """Begin a call. Auto starts with the drafter unfed where no EAGLE drafting can pay,
@@ -160,7 +205,11 @@ class Scheduler:
         elif self.dormant and self._asleep_for != OPTIONS:
             pass  # asleep by auto's own judgement: it sleeps on until a draft is due
         elif self.cost is not None and self.cost.hopeless:
+            # asleep from the call's start: a probe is due WAKE_AFTER tokens from now at
+            # the earliest, as for a drafter put to sleep by a step
             self.dormant, self._asleep_for = True, HOPELESS
+            self._since_sleep = 0
+            self._plain_at_sleep = self.cost.plain[False].n
         else:
             self.dormant, self._asleep_for = False, None
 
@@ -331,11 +380,12 @@ class Scheduler:
         """Auto's reason for what it runs now (None for fixed modes or before a plan)."""
         if self.mode.kind != "auto" or self.cost is None:
             return None
-        v = self.cost.explain()
+        eagle = self.has_drafter and EAGLE in self.mode.sources
+        v = self.cost.explain(eagle=eagle)
         if v is None or self.choice is None:
             return v
         return v.with_sources(
-            eagle=self.has_drafter and EAGLE in self.mode.sources,
+            eagle=eagle,
             ngram=self.choice.describe() if NGRAM in self.mode.sources else "",
         )
 

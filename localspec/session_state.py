@@ -69,7 +69,7 @@ def identity(target: Target, drafter: Drafter | None, rt: RuntimeOptions) -> dic
     and the cache settings."""
     from ._native import INSTALLED_LLAMA_CPP_PYTHON
 
-    settings: dict[str, Any] = {"n_ctx": target.n_ctx}  # as llama.cpp rounded it
+    settings: dict[str, Any] = {"n_ctx": target.n_ctx}  # the context as used (as asked)
     settings.update((k, getattr(rt, k)) for k in SETTINGS if k != "n_ctx")
     return {
         "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,

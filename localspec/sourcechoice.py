@@ -196,7 +196,7 @@ class SourceChoice:
         verify = c.verify.table(top + 1)
         gain = np.cumsum(np.cumprod(a))[:longest]  # expected accepted tokens, chain of L
         lengths = np.arange(1, longest + 1)
-        fixed = self.build.value + self.glue.value
+        plain = c.step_time(None)
         eagle_nodes = 0
         if eagle.shape is not None:
             s = eagle.shape
@@ -208,7 +208,9 @@ class SourceChoice:
             nodes = lengths + alts * ALT_LEN
             ok = nodes <= (chain_cap if alts == 0 else tree_cap)
             if ok.any():
-                seconds = verify[np.minimum(nodes, top) + 1] + fixed
+                # verify and bookkeeping, never cheaper than a plain step; then the build
+                seconds = np.maximum(verify[np.minimum(nodes, top) + 1] + self.glue.value, plain)
+                seconds = seconds + self.build.value
                 i = int(np.argmax(np.where(ok, tokens / seconds, 0.0)))
                 if tokens[i] / seconds[i] > best.tokens_per_s:
                     best = Choice(
@@ -222,9 +224,11 @@ class SourceChoice:
             ok = both <= tree_cap
             if not ok.any():
                 continue
-            t_eagle = eagle.seconds - verify[min(eagle_nodes, top) + 1]
+            assert eagle.shape is not None
+            t_eagle = c.drafting(eagle.shape)
             m_tokens = tokens + (1 - a[0]) * (eagle.tokens - 1.0)
-            m_seconds = verify[np.minimum(both, top) + 1] + fixed + t_eagle
+            m_verify = np.maximum(verify[np.minimum(both, top) + 1] + self.glue.value, plain)
+            m_seconds = m_verify + self.build.value + t_eagle
             i = int(np.argmax(np.where(ok, m_tokens / m_seconds, 0.0)))
             if m_tokens[i] / m_seconds[i] > best.tokens_per_s:
                 best = Choice(eagle, int(lengths[i]), alts, float(m_tokens[i]), float(m_seconds[i]))

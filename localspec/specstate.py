@@ -15,12 +15,12 @@ Each operation is timed by the state's Probe (wall and cost clock), outside the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import Calibration, calibrate
+from .calibration import Calibration, calibrate, stored
 from .drafter import Drafter, DrafterState
 from .drafttree import DraftTree, merge
 from .eagle_source import EagleSource
@@ -239,6 +239,7 @@ class SpecState:
         max_rows: int,
         top_ks: tuple[int, ...],
         recalibrate: bool,
+        progress: Callable[[float], None] | None = None,
     ) -> Calibration:
         """Time this machine's decodes (or read the stored timing); empties both caches."""
         try:
@@ -250,6 +251,15 @@ class SpecState:
                 top_ks=top_ks,
                 clock=self.probe.clock,
                 recalibrate=recalibrate,
+                progress=progress,
             )
         finally:
             self.reset()
+
+    def calibration_stored(
+        self, rt: RuntimeOptions, *, max_rows: int, top_ks: tuple[int, ...]
+    ) -> bool:
+        """Whether a valid calibration for this set-up is stored on disk."""
+        return stored(
+            self.target, self.drafter, rt, max_rows=max_rows, top_ks=top_ks, clock=self.probe.clock
+        )

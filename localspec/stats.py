@@ -81,7 +81,8 @@ class Stats:
     shapes: dict[str, int] = field(default_factory=dict)  # steps per shape actually run
     # auto: the cost model's expected tokens and seconds, summed over its steps
     predicted_tokens: float = 0.0
-    predicted_seconds: float = 0.0
+    predicted_seconds: float = 0.0  # on auto's cost clock (CPU time of the calling thread)
+    predicted_plain_steps: float = 0.0  # the same steps' time in plain steps, as auto priced it
     # auto: why it runs what it runs, in the cost model's numbers (the latest one when summed)
     auto: Verdict | None = None
     # what the call asked for and did not get, and why (one line each)
@@ -133,9 +134,11 @@ class Stats:
                 for name in s.split("+"):
                     self.sources[name].accepted -= 1
 
-    def record_prediction(self, tokens: float, seconds: float) -> None:
+    def record_prediction(self, tokens: float, seconds: float, plain: float = 0.0) -> None:
+        """One auto step's expectation: tokens, seconds, and a plain step's seconds then."""
         self.predicted_tokens += tokens
         self.predicted_seconds += seconds
+        self.predicted_plain_steps += seconds / plain if plain > 0 else 0.0
 
     def add(self, other: Stats) -> None:
         for name in (
@@ -159,6 +162,7 @@ class Stats:
             "t_eagle_native",
             "predicted_tokens",
             "predicted_seconds",
+            "predicted_plain_steps",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         if other.auto is not None:
@@ -206,6 +210,15 @@ class Stats:
         """The cost model's expected speed for the steps it chose (0 when it chose none)."""
         return self.predicted_tokens / self.predicted_seconds if self.predicted_seconds else 0.0
 
+    @property
+    def predicted_speedup(self) -> float:
+        """The cost model's expected speed over plain decoding for the steps it chose (tokens
+        per plain step's time; 0 when it chose none). Unlike predicted_tokens_per_s, which is
+        on auto's cost clock, it compares with measured speed ratios on any machine."""
+        if not self.predicted_plain_steps:
+            return 0.0
+        return self.predicted_tokens / self.predicted_plain_steps
+
     def shape_summary(self, top: int = 3) -> str:
         """The most used shapes with their share of steps, e.g. 'plain 96%, chain 1 4%'."""
         if not self.steps:
@@ -252,16 +265,23 @@ class Stats:
             "mode": self.mode,
             "shapes": dict(self.shapes),
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "predicted_speedup": self.predicted_speedup,
             "auto": self.auto.as_dict() if self.auto is not None else None,
             "notes": list(self.notes),
             "sources": {name: st.as_dict() for name, st in sorted(self.sources.items())},
         }
 
+    def explanation(self) -> str:
+        """Why auto ran what it ran (``auto.reason``) and what the call asked for and did not
+        get (``notes``), one line each; empty for a fixed mode that honoured everything."""
+        lines = [self.auto.reason] if self.auto is not None else []
+        return "\n".join(lines + list(self.notes))
+
     def summary(self) -> str:
         shape = f", {self.mode}: {self.shape_summary()}" if self.mode else ""
         pred = (
-            f", model predicted {self.predicted_tokens_per_s:.1f} tok/s"
-            if self.predicted_seconds
+            f", auto expected {self.predicted_speedup:.2f}x plain"
+            if self.predicted_plain_steps
             else ""
         )
         return (

@@ -65,8 +65,9 @@ class Target:
         # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
         self.gap_seq = tree_nodes + 1
         self.tap_route = tap_route or route_for(self.architecture)
+        asked = rt.n_ctx or trained_ctx or 4096
         self._ctx_args: dict[str, Any] = {
-            "n_ctx": rt.n_ctx or trained_ctx or 4096,
+            "n_ctx": asked,
             "n_batch": rt.n_batch,
             "n_threads": rt.threads,
             "kv_type": rt.kv_type,
@@ -82,8 +83,12 @@ class Target:
         except BaseException:
             self.model.close()
             raise
-        self.n_ctx = self.ctx.n_ctx
-        self.n_batch = self.ctx.n_batch  # at most n_ctx
+        # the context as asked: llama.cpp allocates at least 256 cells, in steps of 256
+        # (NativeContext), but no call runs past the size asked for (the cells past it only
+        # serve batches that are not kept: calibration's timings)
+        self.cells = self.ctx.n_ctx
+        self.n_ctx = min(self.cells, asked)
+        self.n_batch = self.ctx.n_batch  # at most cells
         self.n_vocab = self.model.n_vocab
         self.n_embd = self.model.n_embd
         self.n_layer = self.model.n_layer
@@ -189,7 +194,7 @@ class Target:
         """Decode tokens (at most n_batch) after the history; return a view of the logits: one
         row per token with all_logits, else only the last row (valid until the next decode)."""
         n = len(tokens)
-        if self.n + n > self.n_ctx:
+        if self.n + n > self.cells:  # calls stop at n_ctx themselves; calibration uses all
             raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
         b = self._batch
         b.token[:n] = tokens

@@ -40,6 +40,17 @@ def _own_cache_dir(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", os.path.join(str(tmp_path), "cache"))
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibrations count as made on a quiet machine (stored, never timed again): whether
+    other programs beside the tests keep the CPU busy is not what a test checks; the tests of
+    that judgement (test_costmodel_bursts) set the load they want."""
+    from localspec import calibration
+
+    monkeypatch.setattr(calibration.OtherLoad, "cores", lambda self: 0.0)
+    monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: False)
+
+
 def quick_measure():  # type: ignore[no-untyped-def]
     """A short measurement of readings, for tests where measuring is not the point."""
     from localspec.converters.measure import MeasureConfig

@@ -245,3 +245,45 @@ def test_a_model_without_a_chat_template_chats_in_chatml(tmp_path) -> None:
         assert e.complete(prompt, max_tokens=3, parse_special=True).finish_reason == "length"
         with pytest.raises(localspec.InvalidParameterError, match="role"):
             e.format_chat([{"role": "wizard", "content": "Hi"}])
+
+
+def test_dir_lists_the_lazily_imported_names() -> None:
+    """load, Engine and the other names imported on first use are in dir(localspec)."""
+    names = dir(localspec)
+    assert set(localspec.__all__) <= set(names)
+    assert {"load", "Engine", "SamplingParams", "TreeShape", "convert"} <= set(names)
+    assert names == sorted(names)
+
+
+@pytest.mark.parametrize("source", ["ngram", "none"])
+def test_a_source_without_eagle_loads_no_drafter(agree, source) -> None:
+    """draft_source ngram or none looks for no drafter beside the target; a call that asks
+    for EAGLE drafts then runs plain and its notes say no drafter is loaded; switching one in
+    is refused by name. A drafter named by path is still loaded (calls may ask for eagle)."""
+    target, draft = agree
+    with localspec.load(target, draft_source=source, **EXACT) as e:
+        assert e.draft_path is None
+        assert e.drafter_note.startswith(f"no EAGLE drafter loaded (draft source {source}")
+        st = e.complete("abc", max_tokens=4, draft_source="eagle").stats
+        assert st.mode == "plain" and st.drafted == 0
+        assert st.notes == [f"draft_source=eagle runs plain decoding: {e.drafter_note}"]
+        st = e.complete("abc", max_tokens=4, draft_source="eagle", n_draft=3).stats
+        assert st.notes == [f"n_draft=3 runs plain decoding: {e.drafter_note}"]
+        with pytest.raises(localspec.LocalspecError, match="loaded without one .no EAGLE"):
+            e.use_drafter(draft)
+    with localspec.load(target, draft=draft, draft_source="ngram", **EXACT) as e:
+        assert e.draft_path == draft
+        assert e.complete("abc", max_tokens=8, draft_source="eagle", n_draft=3).stats.drafted
+
+
+def test_a_context_below_llamas_smallest_is_honoured(agree) -> None:
+    """n_ctx=10: llama.cpp allocates 256 cells, but no call runs past the 10 asked for."""
+    target, draft = agree
+    with localspec.load(target, draft=draft, **{**EXACT, "n_ctx": 10}) as e:
+        assert e.n_ctx == 10
+        for k in (0, 3, "auto"):
+            c = e.complete("abc", max_tokens=50, n_draft=k)
+            assert c.finish_reason == "context_full"
+            assert len(e.tokenize("abc")) + len(c.tokens) == 10 + 1, k
+        with pytest.raises(localspec.ContextFullError):
+            e.complete("abcdefghijklmnop")

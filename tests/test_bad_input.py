@@ -182,11 +182,12 @@ def test_prompt_longer_than_context(models) -> None:
 def test_contexts_smaller_than_the_batch_run(models) -> None:
     """llama.cpp caps its batch at the n_ctx asked for and rounds n_ctx up to 256: a context of
     32 (below the 64 sequences a draft tree takes) and a 220-token prompt in a context of 200
-    (rounded to 256, above the capped batch) once aborted the process."""
+    (rounded to 256, above the capped batch) once aborted the process. The context used is
+    the one asked for (a 180-token prompt and 16 tokens fit 200)."""
     with localspec.load(models["target"], draft=models["draft"], **{**EXACT, "n_ctx": 32}) as eng:
-        assert eng.n_ctx == 256
+        assert eng.n_ctx == 32
         assert len(eng.complete("hello", max_tokens=8, n_draft=3).tokens) == 8
-    prompt = [int(t) for t in np.random.default_rng(0).integers(10, 200, 220)]
+    prompt = [int(t) for t in np.random.default_rng(0).integers(10, 200, 180)]
     replies = []
     for n_ctx in (200, 1024):
         with localspec.load(models["target"], draft=False, **{**EXACT, "n_ctx": n_ctx}) as eng:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 
 import pytest
 
@@ -45,7 +47,7 @@ def test_errors_are_one_line(tmp_path, models, capsys) -> None:
     args = ["generate", models["target"], "--draft", models["draft"], "-p", "x"]
     assert main([*args, "--draft-window", "-3"]) == 1
     err = capsys.readouterr().err
-    assert "draft_window" in err and err.count("\n") == 1
+    assert "--draft-window must be" in err and err.count("\n") == 1
 
 
 def test_convert_command(models, tmp_path, capsys) -> None:
@@ -311,3 +313,234 @@ def test_targets_by_repo_id_come_from_the_hub_cache(agree, tmp_path, monkeypatch
         err = capsys.readouterr().err
         assert err.startswith("localspec: error: no such file: tiny/absent, and as a Hugging")
         assert "HF_HUB_OFFLINE" in err and err.count("\n") == 1
+
+
+# --- what a new user hit (issue 48): the flags' rules, in the flags' words --------------------
+
+
+def test_no_draft_with_k_says_it_runs_plain(agree, capsys) -> None:
+    """--no-draft -k 3 runs plain decoding and says so on stderr, as the README promises for
+    -k without a drafter; --no-draft alone asks for nothing more: no note."""
+    target, _ = agree
+    assert main(["generate", target, "--no-draft", "-k", "3", "-p", "abc", "-n", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "def"
+    assert "localspec: warning: -k 3 runs plain decoding: --no-draft drafts nothing" in err
+    assert "n_draft" not in err
+    assert main(["generate", target, "--no-draft", "-p", "abc", "-n", "3"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_no_drafter_notes_name_the_flags(agree, tmp_path, capsys) -> None:
+    import shutil
+
+    lonely = str(tmp_path / "lonely.gguf")  # no drafter beside it
+    shutil.copy(agree[0], lonely)
+    assert main(["generate", lonely, "-k", "3", "-p", "abc", "-n", "3"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: -k 3 runs plain decoding: no drafter found next to {lonely}" in err
+    assert err.count("runs plain decoding") == 1  # said once, in flags
+
+
+def test_a_small_context_is_honoured(agree, capsys) -> None:
+    """--ctx 10: the generation stops where a 10-token context ends (llama.cpp allocates 256
+    cells; a 10-token context once produced 22 tokens)."""
+    target, _ = agree
+    assert main(["generate", target, "--ctx", "10", "-p", "abc", "-n", "50", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    st = data["stats"]
+    assert data["finish_reason"] == "context_full"
+    # the context holds 10 positions; the token predicted after the last one is emitted too
+    assert st["prompt_tokens"] + st["generated"] == 10 + 1, st
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "0: the model's trained context" in help_text
+
+
+def test_errors_name_the_flag_typed(models, capsys) -> None:
+    """An argument out of range is named by its flag (-n), not by the API's parameter
+    (max_tokens)."""
+    base = ["generate", models["target"], "--no-draft", "-p", "x"]
+    for extra, flag, param in (
+        (["-n", "-1"], "-n/--max-tokens must be", "max_tokens"),
+        (["--ctx", "-1"], "--ctx must be", "n_ctx"),
+        (["--temperature", "-2"], "--temperature must be", None),
+        (["--top-p", "2"], "--top-p must be", None),
+        (["-t", "0"], "-t/--threads must be", "n_threads"),
+        (["-k", "99"], "-k/--n-draft must be", "n_draft"),
+        (["--stop", ""], "--stop strings must be", None),
+    ):
+        assert main([*base, *extra]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"localspec: error: {flag}"), err
+        assert err.count("\n") == 1
+        if param:
+            assert param not in err, err
+    assert main(["chat", models["target"], "--top-k", "-1"]) == 1
+    assert capsys.readouterr().err.startswith("localspec: error: --top-k must be")
+
+
+def test_zero_tokens_are_refused_by_every_command(models, fake_app, tmp_path, capsys) -> None:
+    """generate, chat and bench take one rule for -n: at least one token (the API's
+    max_tokens=0, which only reads the prompt, is not a command)."""
+    want = "localspec: error: -n/--max-tokens must be an integer in [1, 16777216], got 0\n"
+    t = models["target"]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "abc"}) + "\n")
+    for cmd in (
+        ["generate", t, "-p", "x", "-n", "0"],
+        ["chat", t, "-n", "0"],
+        ["bench", t, "--prompts", str(prompts), "-n", "0", "--out", str(tmp_path / "b")],
+    ):
+        assert main(cmd) == 1, cmd
+        assert capsys.readouterr().err == want, cmd
+    assert fake_app == []  # refused before the app
+
+
+def test_a_folder_as_the_model_is_named_and_the_target_comes_first(models, tmp_path, capsys):
+    folder = str(tmp_path)
+    for cmd in (["generate", folder, "-p", "x"], ["chat", folder]):
+        assert main(cmd) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"localspec: error: {folder} is a folder, not a GGUF file"), err
+        assert "target's .gguf" in err and "no such file" not in err
+    assert main(["generate", models["target"], "--draft", models["dir"], "-p", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "is a folder" in err and "drafter's .gguf" in err and "tiny.eagle3.gguf" in err
+    # both missing: the target is what is wrong first
+    missing_t, missing_d = str(tmp_path / "t.gguf"), str(tmp_path / "d.gguf")
+    for cmd in (["generate", missing_t, "--draft", missing_d, "-p", "x"],
+                ["chat", missing_t, "--draft", missing_d]):  # fmt: skip
+        assert main(cmd) == 1
+        assert capsys.readouterr().err == f"localspec: error: no such file: {missing_t}\n"
+
+
+def test_ngram_source_loads_no_drafter(agree, capsys) -> None:
+    """--draft-source ngram drafts from the context: the drafter beside the target is not
+    loaded."""
+    target, _ = agree
+    args = ["generate", target, "-p", ALPHABET, "-n", "8", "--draft-source", "ngram"]
+    assert main([*args, "--json", "--stats"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["drafter"] is None
+    assert "no EAGLE drafter loaded (draft source ngram drafts from the context only)" in err
+
+
+def test_install_hints_match_the_readme(monkeypatch) -> None:
+    """The README installs from the checkout: pip install -e ".[train]", pip install
+    ".[serve]"; no hint names a localspec package on an index."""
+    import glob
+    import importlib.util
+    import os
+
+    from localspec import cli
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "README.md")) as fh:
+        readme = fh.read()
+    assert cli.install_hint("train").split(" (")[0] in readme
+    assert cli.install_hint("serve").split(" (")[0] in readme
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(cli.LocalspecError, match=r'pip install -e "\.\[train\]"'):
+        cli.require_torch("train")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    for path in glob.glob(os.path.join(root, "localspec", "**", "*.py"), recursive=True):
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        assert "install 'localspec[" not in text and 'install "localspec[' not in text, path
+
+
+def test_every_default_is_in_the_help(capsys) -> None:
+    """--help of every subcommand shows each option's default (chat's above all)."""
+    from localspec.cli import DefaultsHelp, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        fmt = DefaultsHelp(name)
+        for action in p._actions:
+            default = action.default
+            if not action.option_strings or default is None or default is False:
+                continue  # nothing to show
+            if default in ([], "", argparse.SUPPRESS):
+                continue
+            text = fmt._get_help_string(action) or ""
+            assert "default" in text, (name, action.option_strings)
+    with pytest.raises(SystemExit):
+        main(["chat", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for shown in ("(default: 512)", "(default: 0.0)", "(default: 1.0)", "(default: 4096)",
+                  "rolling (default)"):  # fmt: skip
+        assert shown in out, shown
+
+
+class FakeCalibrating:
+    """An engine whose auto has not timed this machine yet."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @property
+    def calibration_pending(self) -> bool:
+        return self.calls == 0
+
+    def calibrate(self, progress=None) -> bool:
+        self.calls += 1
+        for f in (0.0, 0.25, 0.5, 1.0):
+            if progress is not None:
+                progress(f)
+        return True
+
+
+class FakeTTY:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, s: str) -> int:
+        self.text += s
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_calibration_is_shown_on_stderr(monkeypatch) -> None:
+    """Auto's first-call timing runs before the work, said on stderr: one updating line on a
+    terminal, else a line at its start and one with the seconds it took; once."""
+    import sys
+
+    from localspec.cli import calibrate_first
+
+    for tty in (True, False):
+        err = FakeTTY(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        eng = FakeCalibrating()
+        calibrate_first(eng)
+        calibrate_first(eng)  # timed: nothing more
+        assert eng.calls == 1
+        if tty:
+            assert err.text.count("\n") == 1 and err.text.endswith("\n")
+            assert "timing this machine for auto (once)\u2026  25%" in err.text
+            assert " done in " in err.text.split("\r")[-1]
+        else:
+            lines = err.text.splitlines()
+            assert lines[0] == "localspec: timing this machine for auto (once)\u2026"
+            assert re.fullmatch(r"localspec: timed this machine in \d+\.\d s", lines[1])
+            assert len(lines) == 2
+
+
+def test_generate_times_the_machine_first_and_says_so(agree, capsys) -> None:
+    """Auto's timing runs before the generation, said on stderr, and stays out of the
+    generation's own statistics; fixed modes need none."""
+    target, _ = agree
+    assert main(["generate", target, "-p", "abc", "-n", "4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    start = lines.index("localspec: timing this machine for auto (once)\u2026")
+    assert lines[start + 1].startswith("localspec: timed this machine in ")
+    assert json.loads(out)["stats"]["t_calibrate"] == 0
+    assert main(["generate", target, "-p", "abc", "-n", "4", "-k", "3"]) == 0
+    assert "timing" not in capsys.readouterr().err

@@ -57,12 +57,12 @@ def test_plain_steps_are_priced_fed_and_unfed() -> None:
     assert m.ready_tax == pytest.approx(1.2e-3)
     assert m.verify(1) == pytest.approx(12e-3)  # the curve learns from fed decodes alone
     # while fed for a long time the unfed cost follows t(1): the context keeps growing
-    for _ in range(10):
+    for _ in range(cm.WINDOW_T1):  # (a low quantile of the recent ones: all of a window)
         m.observe(None, verify_rows=1, t_verify=13.2e-3, t_flush=0.0, t_draft=0.2e-3,
                   t_glue=50e-6, ranks=[], emitted=1, fed=True)  # fmt: skip
     assert m.step_time(None) == pytest.approx(11.05e-3 * 1.1)
     # the decode right after a switch costs the switch on top of its size's decode
-    for _ in range(5):
+    for _ in range(cm.WINDOW):
         m.observe(None, verify_rows=1, t_verify=13.2e-3 + 5e-3, t_flush=0.0, t_draft=0.0,
                   t_glue=50e-6, ranks=[], emitted=1, fed=True, switched=True)  # fmt: skip
     assert m.switch.value == pytest.approx(5e-3)
@@ -104,10 +104,11 @@ def idle_steps_until_sleep(ready: cm.ReadyCosts, sched: Scheduler | None = None)
 def test_a_fed_drafter_that_does_not_draft_sleeps_once_its_tax_pays_for_waking() -> None:
     """Ski rental: staying fed costs the ready tax each step, sleeping and waking again costs
     two switches and a fed step; once the taxes paid add up to that, it sleeps. Taps that
-    cost nothing extra keep it fed until SLEEP_AFTER."""
-    taxed = idle_steps_until_sleep(cm.ReadyCosts(10.8e-3, 10e-3, 2e-3))
+    cost nothing extra keep it fed until SLEEP_AFTER. (The fed one-token decode is the
+    curve's t(1), 10.2 ms: calibration times both, and the cost model takes the lower.)"""
+    taxed = idle_steps_until_sleep(cm.ReadyCosts(10.2e-3, 9.4e-3, 2e-3))
     assert taxed == 6  # 0.8 ms a step against 2 x 2 ms + 0.8 ms
-    dear_switch = idle_steps_until_sleep(cm.ReadyCosts(10.8e-3, 10e-3, 8e-3))
+    dear_switch = idle_steps_until_sleep(cm.ReadyCosts(10.2e-3, 9.4e-3, 8e-3))
     assert dear_switch == 21  # 16.8 ms of switching is worth 21 taxed steps
     assert idle_steps_until_sleep(cm.ReadyCosts(10e-3, 10e-3, 2e-3)) == SLEEP_AFTER
 
@@ -116,7 +117,7 @@ def test_a_drafter_put_to_sleep_stays_asleep_from_call_to_call() -> None:
     """Waking it at every call would pay two switches of the taps and a probe per reply: it
     sleeps on (fixed modes in between feed it for their own call) until a probe is due."""
     sched = Scheduler(has_drafter=True, max_tree=30, max_top_k=4)
-    idle_steps_until_sleep(cm.ReadyCosts(10.8e-3, 10e-3, 2e-3), sched)
+    idle_steps_until_sleep(cm.ReadyCosts(10.2e-3, 9.4e-3, 2e-3), sched)
     assert sched.cost is not None and not sched.cost.hopeless  # drafting might still pay
     auto = Mode("auto", sources=frozenset({EAGLE, NGRAM}))
     sched.start(auto)
@@ -133,7 +134,7 @@ def test_a_drafter_asleep_because_other_sources_won_wakes_when_it_would_win() ->
     pay); a drafter left out by a call's options is fed again by the next call that drafts
     with it."""
     sched = Scheduler(has_drafter=True, max_tree=30, max_top_k=4)
-    idle_steps_until_sleep(cm.ReadyCosts(10.8e-3, 10e-3, 2e-3), sched)
+    idle_steps_until_sleep(cm.ReadyCosts(10.2e-3, 9.4e-3, 2e-3), sched)
     assert sched.dormant
     plan = sched.plan(100, 1000, None)  # nothing to copy from the context
     assert plan.wake and not sched.dormant
@@ -167,7 +168,9 @@ def steps_until_woken(agreeing: bool, n: int = 300, drafts: int = 60) -> tuple[i
     cost.plan = counted  # type: ignore[method-assign]
     sched.start(Mode("auto"))
     plan = sched.plan(100, 1000, None)
-    assert plan.sleep and cost.hopeless  # nothing beats a 0.5 ms plain step
+    # nothing beats a 0.5 ms plain step: asleep from the start (the first search ran when
+    # it was calibrated) or sent to sleep now
+    assert (plan.sleep or sched.dormant) and cost.hopeless
     for step in range(1, n + 1):
         costs = StepCosts(verify=10e-3, flush=0.0, draft=0.0, lookup=0.0, build=0.0,
                           feed=0.0, glue=30e-6)  # fmt: skip

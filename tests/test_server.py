@@ -787,16 +787,40 @@ def test_unknown_route_and_method(url) -> None:
     assert r.status_code == 405 and "error" in r.json()
 
 
-def test_internal_failure_is_500_and_the_server_keeps_serving(client, rec) -> None:
+def test_internal_failure_is_500_and_the_server_keeps_serving(url, client, rec) -> None:
     rec.fail_at_start = True
     with pytest.raises(openai.InternalServerError) as e:
         client.chat.completions.create(model="x", messages=CHAT, max_tokens=3)
     assert e.value.status_code == 500 and e.value.body["type"] == "server_error"
+    # fails at the third event: plain decoding (one token per event), so that it comes
+    # before the 30th token whatever auto would run (a step may emit many tokens)
     rec.fail_at_start, rec.fail_after = False, 2
+    plain = {"n_draft": 0}
     with pytest.raises(openai.InternalServerError):
-        client.chat.completions.create(model="x", messages=CHAT, max_tokens=30)
-    with pytest.raises(openai.APIError, match="boom mid-generation"):  # after the 200 headers
-        list(client.chat.completions.create(model="x", messages=CHAT, max_tokens=30, stream=True))
+        client.chat.completions.create(model="x", messages=CHAT, max_tokens=30, extra_body=plain)
+    # after the 200 headers: an error event, which the client raises as an APIError (not a
+    # status error: the status was 200) after the chunks that came before it
+    got: list[Any] = []
+    with pytest.raises(openai.APIError, match="boom mid-generation") as mid:
+        for chunk in client.chat.completions.create(
+            model="x", messages=CHAT, max_tokens=30, stream=True, extra_body=plain
+        ):
+            got.append(chunk)
+    assert not isinstance(mid.value, openai.APIStatusError)
+    assert mid.value.body == {
+        "message": "internal error: boom mid-generation",
+        "type": "server_error",
+        "param": None,
+        "code": "internal_error",
+    }
+    assert got[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in got) == "ab"
+    # as a raw reader sees it: a data event holding OpenAI's error object, then [DONE]
+    raw = post(url, "/v1/completions", {"prompt": "abc", "max_tokens": 30, "stream": True, **plain})
+    assert raw.status_code == 200
+    events = [e for e in raw.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2].removeprefix("data: "))["error"]["code"] == "internal_error"
     rec.fail_after = None
     r = client.chat.completions.create(model="x", messages=CHAT, max_tokens=3, temperature=0)
     assert r.choices[0].message.content == "abc"
@@ -992,6 +1016,196 @@ def test_client_that_gives_up_on_a_whole_answer_stops_it_with_a_clean_log(
     _assert_clean(server_log)
 
 
+# --- the request log and the metrics -----------------------------------------------------------
+
+
+def _log_fields(line: str) -> tuple[list[str], dict[str, str]]:
+    """A request's log line: its client, method, path and status, and its key=value fields
+    (a bare word such as client_gone maps to "")."""
+    words = line.split(" ")
+    return words[:4], dict(w.split("=", 1) if "=" in w else (w, "") for w in words[4:])
+
+
+def _request_lines(records: list[logging.LogRecord], path: str, n: int) -> list[str]:
+    """The request log's lines for path, once there are n (a line is written as its response
+    ends, which the client may see first)."""
+
+    def lines() -> list[str]:
+        return [
+            r.getMessage()
+            for r in list(records)
+            if r.name == "localspec.server" and r.getMessage().split(" ")[2:3] == [path]
+        ]
+
+    wait_until(lambda: len(lines()) >= n, f"{n} log lines for {path}")
+    assert len(lines()) == n, lines()
+    return lines()
+
+
+def test_each_request_is_logged_once_with_its_generation(engine, rec, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="localspec.server")
+    with running(engine) as u:
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0, timeout=30)
+        r = client.chat.completions.create(
+            model="x", messages=CHAT, max_tokens=10, temperature=0, extra_body={"n_draft": 4}
+        )
+        assert post(u, "/v1/chat/completions", {"messages": "hi"}, key=None).status_code == 400
+        chunks = list(
+            client.completions.create(
+                model="x",
+                prompt="abc",
+                max_tokens=8,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        health(u)
+        chat = _request_lines(caplog.records, "/v1/chat/completions", 2)
+        (stream,) = _request_lines(caplog.records, "/v1/completions", 1)
+        _request_lines(caplog.records, "/health", 1)
+    head, f = _log_fields(chat[0])
+    assert head == ["127.0.0.1", "POST", "/v1/chat/completions", "200"]
+    assert set(f) == {"prompt_tokens", "completion_tokens", "tokens_per_s", "tau", "queue_s",
+                      "total_s"}  # fmt: skip
+    t = r.model_extra["timings"]
+    assert (f["prompt_tokens"], f["completion_tokens"]) == (str(r.usage.prompt_tokens), "10")
+    assert f["tau"] == f"{t['tau']:.2f}" and t["tau"] > 1.5  # the engine's own statistics
+    assert f["tokens_per_s"] == f"{t['predicted_per_second']:.1f}"
+    assert float(f["queue_s"]) >= 0 and float(f["total_s"]) >= 0
+    head, f = _log_fields(chat[1])
+    assert head[3] == "400" and set(f) == {"error", "total_s"}
+    assert f["error"] == "invalid_request_error"
+    head, f = _log_fields(stream)  # written as the stream ends, with its usage
+    assert head == ["127.0.0.1", "POST", "/v1/completions", "200"]
+    usage = chunks[-1].usage
+    assert (f["prompt_tokens"], f["completion_tokens"]) == (str(usage.prompt_tokens), "8")
+    levels = {
+        r.getMessage().split(" ")[2]: r.levelno
+        for r in caplog.records
+        if r.name == "localspec.server"
+    }
+    # requests at INFO; health checks (and scrapes), which probes poll, at DEBUG
+    assert levels == {
+        "/v1/chat/completions": logging.INFO,
+        "/v1/completions": logging.INFO,
+        "/health": logging.DEBUG,
+    }
+
+
+def test_a_failure_mid_stream_and_a_client_that_leaves_are_logged(engine, rec, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="localspec.server")
+    with running(engine) as u:
+        rec.fail_after = 2
+        body = {"prompt": "abc", "max_tokens": 30, "stream": True, "n_draft": 0}
+        r = post(u, "/v1/completions", body, key=None)
+        assert r.status_code == 200 and "boom mid-generation" in r.text
+        (line,) = _request_lines(caplog.records, "/v1/completions", 1)
+        head, f = _log_fields(line)
+        assert head[3] == "200" and f["error"] == "internal_error"
+        assert f["completion_tokens"] == str(rec.last_stats.generated)
+        assert "client_gone" not in f
+        rec.fail_after, rec.delay = None, 0.02  # 400 plain steps take 8 s
+        a = _slow_stream(u, 400, key=None)
+        next(a.iter_lines())
+        a.close()
+        (line,) = _request_lines(caplog.records, "/v1/chat/completions", 1)
+        head, f = _log_fields(line)
+        assert head[3] == "200" and "client_gone" in f
+        wait_until(lambda: not health(u)["busy"], "the generation to stop")
+
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _metrics(u: str, key: str | None = KEY) -> dict[Key, float]:
+    """/metrics parsed by prometheus_client: {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    r = httpx.get(u + "/metrics", headers=headers, timeout=5)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+
+
+def _requests(endpoint: str, status: int) -> Key:
+    return ("localspec_requests_total", (("endpoint", endpoint), ("status", str(status))))
+
+
+def test_metrics_count_requests_tokens_and_drafts(engine, rec, url) -> None:
+    assert httpx.get(url + "/metrics").status_code == 404  # off by default
+    with running(engine, api_key=KEY, metrics=True) as u:
+        assert httpx.get(u + "/metrics").status_code == 401  # behind the key, as /v1 is
+        m0 = _metrics(u)
+        assert m0[("localspec_prompt_tokens_total", ())] == 0
+        assert m0[("localspec_draft_tokens_total", (("source", "ngram"),))] == 0
+        client = openai.OpenAI(base_url=u + "/v1", api_key=KEY, max_retries=0, timeout=30)
+        usages, sources = [], []
+        for n in (5, 9):
+            r = client.chat.completions.create(
+                model="x", messages=CHAT, max_tokens=n, temperature=0, extra_body={"n_draft": 4}
+            )
+            usages.append(r.usage)
+            sources.append(r.model_extra["timings"]["sources"])
+        r2 = client.completions.create(
+            model="x",
+            prompt=LETTERS,
+            max_tokens=12,
+            temperature=0,
+            extra_body={"draft_source": "ngram", "n_draft": 4},  # a chain: auto may run plain
+        )
+        usages.append(r2.usage)
+        sources.append(r2.model_extra["timings"]["sources"])
+        chunks = list(
+            client.chat.completions.create(
+                model="x",
+                messages=CHAT,
+                max_tokens=7,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        usages.append(chunks[-1].usage)
+        sources.append(chunks[-1].model_extra["timings"]["sources"])
+        assert post(u, "/v1/completions", {"prompt": 5}).status_code == 400
+        m = _metrics(u)
+        # a generation running and one waiting: the gauges read them while they last
+        rec.delay = 0.02  # 400 plain steps take 8 s
+        a = _slow_stream(u, 400)
+        try:
+            wait_until(lambda: health(u)["busy"], "the first request to run")
+            b_thread, b = _in_thread(lambda: post(u, "/v1/completions", {"prompt": "abc"}))
+            wait_until(lambda: health(u)["queued"] == 1, "the second request to queue")
+            busy = _metrics(u)
+        finally:
+            a.close()
+        b_thread.join(30)
+        assert b["value"].status_code == 200
+    assert m[_requests("/v1/chat/completions", 200)] == 3
+    assert m[_requests("/v1/completions", 200)] == 1
+    assert m[_requests("/v1/completions", 400)] == 1
+    assert m[_requests("/metrics", 200)] == 1 and m[_requests("/metrics", 401)] == 1
+    assert m[("localspec_prompt_tokens_total", ())] == sum(u.prompt_tokens for u in usages)
+    assert m[("localspec_completion_tokens_total", ())] == 5 + 9 + 12 + 7
+    for name, field in (("draft_tokens", "drafted"), ("draft_accepted_tokens", "accepted"),
+                        ("draft_steps", "steps")):  # fmt: skip
+        for source in ("eagle", "ngram"):
+            want = sum(s.get(source, {}).get(field, 0) for s in sources)
+            assert m[(f"localspec_{name}_total", (("source", source),))] == want, (name, source)
+    assert sources[0]["eagle"]["accepted"] > 0 and sources[2]["ngram"]["accepted"] > 0
+    ttft = "localspec_time_to_first_token_seconds"
+    assert m[(f"{ttft}_count", ())] == 4 and m[(f"{ttft}_bucket", (("le", "+Inf"),))] == 4
+    assert m[("localspec_queue_depth", ())] == 0 and m[("localspec_requests_running", ())] == 0
+    assert busy[("localspec_queue_depth", ())] == 1
+    assert busy[("localspec_requests_running", ())] == 1
+
+
 # --- the command -------------------------------------------------------------------------------
 
 
@@ -1046,6 +1260,32 @@ def test_serve_command_errors_are_one_line(agree, tmp_path) -> None:
             assert proc.returncode == 1, (args, err)
             assert err.startswith("localspec: error:") and err.count("\n") == 1, (args, err)
             assert needle in err, (args, err)
+
+
+def test_serve_command_logs_each_request_and_serves_metrics(agree) -> None:
+    """`serve --metrics`: /metrics answers, and each request is one line on stderr (uvicorn's
+    own access log is off); scrapes are not logged at the default level."""
+    import signal
+
+    target, draft = agree
+    proc = _serve([target, "--draft", draft, "--port", "0", "-t", "1", "--ctx", "512", "--metrics"])
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        base = line.split(" at ")[1].strip()
+        client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=30)
+        r = client.completions.create(model="x", prompt="abc", max_tokens=4, temperature=0)
+        m = httpx.get(base.removesuffix("/v1") + "/metrics", timeout=5)
+        assert m.status_code == 200 and "\nlocalspec_completion_tokens_total 4.0\n" in m.text
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lines = [x for x in err.splitlines() if "/v1/completions" in x]
+    assert len(lines) == 1, err
+    want = f" INFO 127.0.0.1 POST /v1/completions 200 prompt_tokens={r.usage.prompt_tokens} "
+    assert want + "completion_tokens=4 " in lines[0], lines[0]
+    assert "/metrics" not in err
 
 
 def test_auto_says_why_in_the_timings(models) -> None:

@@ -224,7 +224,8 @@ def test_a_merged_tree_is_chosen_when_both_sources_pay() -> None:
 
 def test_a_merged_choice_is_priced_from_its_parts() -> None:
     """Merged: tokens = the n-gram chain's + (1 - a0) x the EAGLE plan's extra tokens;
-    seconds = a verify of both's rows + the EAGLE drafting + the n-gram's fixed costs."""
+    seconds = a verify of both's rows with the step's bookkeeping (never less than a plain
+    step) + the n-gram's build + the EAGLE drafting."""
     sc = chooser(FLAT, drafter=True)
     eagle_shape = TreeShape(3, 2, 6)
     eagle = Plan(eagle_shape, 3.0, sc.cost.step_time(eagle_shape))
@@ -233,9 +234,8 @@ def test_a_merged_choice_is_priced_from_its_parts() -> None:
     a = sc.ngram.rates(bucket(4))
     tokens = 1.0 + np.cumprod(a)[: c.ngram].sum() + (1 - a[0]) * (eagle.tokens - 1.0)
     v = sc.cost.verify
-    seconds = (
-        v(c.nodes + 1) + sc.build.value + sc.glue.value + eagle.seconds - v(eagle_shape.budget + 1)
-    )
+    verify = max(v(c.nodes + 1) + sc.glue.value, sc.cost.step_time(None))
+    seconds = verify + sc.build.value + sc.cost.drafting(eagle_shape)
     assert c.tokens == pytest.approx(tokens)
     assert c.seconds == pytest.approx(seconds)
     assert isinstance(c, Choice)

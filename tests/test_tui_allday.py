@@ -248,10 +248,12 @@ async def test_keys_typed_in_a_burst_stay_in_order(agree, tmp_path) -> None:
                 break
         assert [t.prompt for t in app.session.turns] == ["hi"]
         assert app.chat.prompt.value == "no"
-        app.generating = True  # as during a reply: a prompt is refused and given back
+        app.generating = True  # as during a reply: a prompt waits for it, queued
         app.chat.prompt.value = "wait"
         await pilot.press("enter")
-        assert app.chat.prompt.value == "wait"
+        assert app.chat.prompt.value == "" and app.queued == ["wait"]
+        app.unqueue("test")  # given back whole
+        assert app.chat.prompt.value == "wait" and not app.queued
         app.generating = False
 
 

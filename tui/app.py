@@ -7,6 +7,7 @@ the worker posts one ReplyEnded message, and the UI changes only on the UI threa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -26,6 +27,7 @@ from localspec import LocalspecError, TreeShape, context_use, fit_messages, reso
 
 from . import turn_actions
 from .app_messages import (
+    Calibrating,
     EngineReady,
     ModelSwitched,
     ReplyEnded,
@@ -39,10 +41,11 @@ from .frame_budget import FrameBudget
 from .generation import ReplyOutcome, ReplyRequest, stream_reply
 from .reply_buffer import ReplyBuffer
 from .saved_states import SavedStates
-from .screens.chat import ChatScreen
+from .screens.chat import PANEL_MIN, ChatScreen
 from .screens.conversations import ConversationsScreen, OpenRequest
 from .screens.help import HelpScreen
 from .session import ChatSession
+from .settings import ChatSettings
 from .store import ChatStore, HistoryError, Turn
 from .summaries import reply_footer
 from .tint import legend_markup
@@ -75,17 +78,26 @@ class LocalspecApp(App[None]):
         Binding("ctrl+o", "open_conversations", "History"),
         Binding("ctrl+y", "copy_last", "Copy", priority=True),  # the prompt's redo otherwise
         Binding("ctrl+g", "copy_code", "Copy code"),
+        Binding("f4", "toggle_panel", "Panel"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit"),
     ]
     KEY_HELP = [
-        ("enter", "send the prompt (or run a /command)"),
+        (
+            "enter",
+            "send the prompt (or run a /command); while a reply streams, the prompt is queued "
+            "and sent when the reply ends",
+        ),  # fmt: skip
         (
             "ctrl+j",
             "new line in the prompt (shift+enter too, where the terminal reports it); "
             "pasted text keeps its lines",
         ),  # fmt: skip
-        ("escape", "stop the reply in progress, keeping what was produced (or cancel /edit)"),
+        (
+            "escape",
+            "stop the reply in progress, keeping what was produced; queued prompts go back to "
+            "the input (or cancel /edit)",
+        ),  # fmt: skip
         ("ctrl+r", "retry: regenerate the last reply (the old one stays as a version)"),
         ("f2 / f3", "previous / next version of the last reply"),
         ("ctrl+t", "tint tokens that came from accepted drafts, by source (on/off)"),
@@ -98,6 +110,10 @@ class LocalspecApp(App[None]):
         ("ctrl+o", "saved conversations: open, search (/), rename, delete, export"),
         ("ctrl+y", "copy the last reply"),
         ("ctrl+g", "copy the last code block of the last reply"),
+        (
+            "f4",
+            f"statistics panel on/off (remembered; hidden anyway below {PANEL_MIN} columns)",
+        ),  # fmt: skip
         ("f1", "this help"),
         ("ctrl+q", "quit"),
     ]
@@ -108,11 +124,14 @@ class LocalspecApp(App[None]):
         *,
         engine_factory: Callable[[ChatOptions], Engine] = default_engine_factory,
         store: ChatStore | None = None,
+        settings: ChatSettings | None = None,
     ) -> None:
         super().__init__()
         self.options = options
         self.engine_factory = engine_factory
         self.store = store or ChatStore()
+        # remembered choices (the panel shown or not), beside the history by default
+        self.settings = settings or ChatSettings.beside(self.store.filename)
         self.states = SavedStates(self.store.filename, options.session_cache_bytes)
         self.engine: Engine | None = None
         self.k: int | str = options.n_draft  # "auto" or a fixed chain length
@@ -126,6 +145,7 @@ class LocalspecApp(App[None]):
         self.generating = False
         self.switching = False  # another model is loading (/model)
         self.editing: int | None = None  # /edit N: the next prompt replaces turn N-1
+        self.queued: list[str] = []  # prompts sent while a reply streams, sent after it
         self.outside = 0  # oldest turns the rolling window left out of the last prompt
         self.last_plain_tps: float | None = None
         self.load_error: str | None = None
@@ -135,6 +155,7 @@ class LocalspecApp(App[None]):
         self._loaded: Engine | None = None  # loaded, even if its message never arrives
         self._restore: int | None = None  # a reopened conversation whose KV state is on disk
         self._cached: int | None = None  # the conversation whose history the caches hold
+        self._holds = ""  # ...and the prompt text they hold (the branch last replied to)
         self._reply: MessageView | None = None
         self._plan: ReplyPlan | None = None  # the reply in progress
         self._replaced: list[Widget] = []  # views a retry or an edit hides until it is kept
@@ -148,7 +169,7 @@ class LocalspecApp(App[None]):
     # --- start-up and models -----------------------------------------------------------------
 
     async def on_mount(self) -> None:
-        self._chat = ChatScreen()
+        self._chat = ChatScreen(panel=bool(self.settings.get("stats_panel", True)))
         await self.push_screen(self._chat)
         self.chat.set_status(f"loading {self.options.target or 'the default model'}...")
         self.chat.conversation.anchor()  # follow the stream until the user scrolls up
@@ -299,16 +320,37 @@ class LocalspecApp(App[None]):
         if text.strip().startswith("/") and "\n" not in text:
             self.run_command(text.strip())
             return
-        if self.generating or self.engine is None or self.switching:
-            event.area.restore(event.value)  # kept for when the reply or the load is done
+        if self.generating and not self.switching:
+            self.queue(text)
+            return
+        if self.engine is None or self.switching:
+            event.area.restore(event.value)  # kept for when a model is loaded
             why = (
                 "no model loaded: /model PATH|REPO loads one"
                 if self.engine is None and not self.switching
-                else "a reply or a model load is in progress (esc stops a reply)"
+                else "a model load is in progress"
             )
             self.notify(why, severity="warning")
             return
         self.send(text)
+
+    def queue(self, text: str) -> None:
+        """A prompt sent while a reply streams waits for it, shown under the conversation (as
+        Ollama does): never joined to the reply's prompt or to another one."""
+        self.queued.append(text)
+        self.chat.show_queued(self.queued)
+
+    def unqueue(self, why: str) -> None:
+        """Give the queued prompts back to the input (ahead of anything typed since)."""
+        if not self.queued:
+            return
+        texts, self.queued = self.queued, []
+        self.chat.show_queued([])
+        self.chat.prompt.restore("\n\n".join(texts))
+        self.chat.prompt.focus()
+        n = len(texts)
+        self.notify(f"{why}: {'the queued prompt is' if n == 1 else f'{n} queued prompts are'} "
+                    "back in the input")  # fmt: skip
 
     def send(self, text: str) -> None:
         """Start a reply. The prompt joins the history (and the store) only with its reply."""
@@ -372,11 +414,12 @@ class LocalspecApp(App[None]):
         # thread tens of milliseconds, which would otherwise compete with the first decodes
         self.call_after_refresh(self._start_reply, request, self._buffer)
 
-    def _restorer(self, conversation_id: int | None) -> Callable[[], int] | None:
+    def _restorer(self, conversation_id: int | None) -> Callable[[str], int] | None:
+        """Restores the reopened conversation's saved state when it pays for the prompt."""
         if conversation_id is None or self.engine is None:
             return None
         engine, states = self.engine, self.states
-        return lambda: states.restore(engine, conversation_id)
+        return lambda prompt: states.restore(engine, conversation_id, prompt)
 
     def _start_reply(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
         assert self._frame_timer is not None
@@ -426,6 +469,7 @@ class LocalspecApp(App[None]):
                 lambda: self._stop or worker.is_cancelled or self._gate.closed,
                 lambda: self._snapshot(request.k, request.draft_source),
                 lambda n: self.post_message(TurnsDropped(n)),
+                lambda fraction: self.post_message(Calibrating(fraction)),
             )
             self._outcome = outcome  # read by on_unmount when quitting mid-reply
             self.post_message(ReplyEnded(outcome))
@@ -489,6 +533,16 @@ class LocalspecApp(App[None]):
             self._panel_shown, self._snapshot_due = now, None
             self.chat.query_one(StatsPanel).show(snap)
 
+    def on_calibrating(self, msg: Calibrating) -> None:
+        """The first auto reply times the machine first (tens of seconds on a CPU): the empty
+        reply says so, with the progress, instead of waiting silently."""
+        if self._reply is None:
+            return
+        if msg.fraction is None:
+            self._reply.set_footer("")
+        else:
+            self._reply.set_footer(f"timing this machine (once)… {100 * msg.fraction:.0f}%")
+
     def on_turns_dropped(self, msg: TurnsDropped) -> None:
         """One line where turns left the window; later prompts that leave out the same turns
         (the window moves in steps) say nothing more."""
@@ -519,6 +573,14 @@ class LocalspecApp(App[None]):
         else:
             self._reply_done(plan, reply, out)
         self.generating = False
+        if not self.queued:
+            return
+        if out.error is not None:  # the user reads the error first
+            self.unqueue("the reply failed")
+            return
+        text = self.queued.pop(0)  # the rest wait for this one's reply
+        self.chat.show_queued(self.queued)
+        self.send(text)
 
     def _keep(self, plan: ReplyPlan | None, text: str, s: dict[str, Any]) -> HistoryError | None:
         """Record a finished (or stopped) reply as its plan says; a reply is never dropped:
@@ -556,6 +618,7 @@ class LocalspecApp(App[None]):
             self.notify(f"the context window is full: {hint}", severity="warning")
         self._report_unsaved(self._keep(plan, text, s))
         self._cached = self.session.conversation_id  # the caches hold this conversation now
+        self._holds = out.prompt + text
         self.outside = s.get("dropped_turns", 0)
         for view in self._replaced:
             view.remove()
@@ -579,11 +642,11 @@ class LocalspecApp(App[None]):
             for view in self._replaced:
                 view.display = True
             self._replaced = []
-            self._cached = None  # a failed step empties the caches
+            self._cached, self._holds = None, ""  # a failed step empties the caches
             self.notify(f"{error}. Nothing was replaced.", title=f"{plan.kind.title()} failed",
                         severity="error", timeout=15)  # fmt: skip
             return
-        self._cached = None  # a failed step empties the caches
+        self._cached, self._holds = None, ""  # a failed step empties the caches
         if reply is not None:
             reply.show_error(f"generation failed: {error}")
             reply.set_footer("not kept: the next prompt continues from the turn before")
@@ -607,6 +670,8 @@ class LocalspecApp(App[None]):
     def action_stop(self) -> None:
         if self.generating:
             self._stop = True
+            # stopping means "not this": what waited is the user's to send again, or not
+            self.unqueue("stopped")
         elif self.editing is not None:
             turn_actions.cancel_edit(self)
 
@@ -640,16 +705,30 @@ class LocalspecApp(App[None]):
         self._show_idle_stats()
 
     def _save_state(self, engine: Engine | None = None) -> None:
-        """Keep the current conversation's KV state on disk for when it reopens."""
+        """Keep the current conversation's KV state on disk for when it reopens: the state of
+        the branch on screen (the caches may hold another one, after /branch or f2/f3)."""
         engine = engine or self.engine
         cid = self.session.conversation_id
         # only what the caches hold: a conversation opened but not replied to yet still has
         # its saved state on disk, and the caches another conversation's history
         if engine is not None and cid is not None and self._cached == cid and not self._restore:
-            why = self.states.save(engine, cid)
+            why = self.states.save(engine, cid, self._holds, self._branch_text(engine))
             if why:  # the conversation is safe; only its next reopening will be slower
                 self.exit_notes.append(why)
                 self.notify(why, severity="warning")
+
+    def _branch_text(self, engine: Engine) -> str:
+        """The branch on screen as the next prompt would send it (the prompt text up to the
+        new message); empty when the chat template cannot format it."""
+        system = [{"role": "system", "content": self.session.system}] if self.session.system else []
+        messages = [*system, *self.session.history, {"role": "user", "content": ""}]
+        with contextlib.suppress(LocalspecError):  # not even the last turn fits: compared whole
+            messages = fit_messages(engine, messages, max_tokens=self.options.max_tokens,
+                                    policy=self.options.context_overflow).messages  # fmt: skip
+        try:
+            return engine.format_chat(messages)[0]
+        except LocalspecError:
+            return ""
 
     def _leave_conversation(self) -> bool:
         """Before another conversation replaces this one: False while a reply streams."""
@@ -700,6 +779,22 @@ class LocalspecApp(App[None]):
             self.chat.reveal(at)
         self.notify(f"opened: {title}")
         self.show_gauge()
+
+    def action_toggle_panel(self) -> None:
+        """f4: the statistics panel on or off, remembered for the next runs."""
+        chat = self.chat
+        chat.panel_wanted = not chat.panel_wanted
+        chat.fit_panel()
+        if not chat.panel_wanted:
+            self.notify("statistics panel off (f4 shows it)")
+        elif chat.panel_shown:
+            self.notify("statistics panel on")
+        else:
+            self.notify(f"statistics panel on, but hidden while the terminal is narrower than "
+                        f"{PANEL_MIN} columns")  # fmt: skip
+        why = self.settings.set("stats_panel", chat.panel_wanted)
+        if why is not None:
+            self.notify(why, severity="warning")
 
     def action_copy_last(self) -> None:
         if self.last_reply:
@@ -764,6 +859,7 @@ class LocalspecApp(App[None]):
             s = dict(out.snapshot, stopped=True, finish_reason=out.finish_reason)
             self._keep(self._plan, self._reply.text, s)
             self._cached = self.session.conversation_id
+            self._holds = out.prompt + self._reply.text
         exc = self.session.save()
         if exc is not None:
             n = len(self.session.unsaved)

@@ -26,6 +26,15 @@ class ReplyEnded(Message):
         self.outcome = outcome
 
 
+class Calibrating(Message):
+    """Before the first reply on a machine not timed yet: the share of the timing done (0 to
+    1), or None once it is over."""
+
+    def __init__(self, fraction: float | None) -> None:
+        super().__init__()
+        self.fraction = fraction
+
+
 class TurnsDropped(Message):
     """The rolling window left the oldest turns out of the prompt being sent."""
 

@@ -38,10 +38,13 @@ class ChatOptions:
 def default_engine_factory(o: ChatOptions) -> Engine:
     from localspec import load
 
+    # /source can turn EAGLE drafting on later: the chat loads the drafter found beside the
+    # target whatever source it starts with (each reply names its own source), unless
+    # --no-draft (draft=False) left it out
     kw: dict[str, Any] = dict(
         n_draft=o.n_draft,
         tree=o.tree,
-        draft_source=o.draft_source,
+        draft_source="auto" if o.draft_source in ("ngram", "none") else o.draft_source,
         n_gpu_layers=o.n_gpu_layers,
         n_threads=o.n_threads,
         n_ctx=o.n_ctx,

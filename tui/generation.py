@@ -1,8 +1,11 @@
 """One reply on the engine, run in a worker thread, streamed into a ReplyBuffer.
 
-Before the first token it restores the conversation's saved KV state (when reopened) and fits
-the messages into the context window (the overflow policy), both counted in the time to first
-token, which runs from the start of the request to the first streamed text.
+Before the first token it fits the messages into the context window (the overflow policy) and
+restores the conversation's saved KV state (when reopened, and when it pays for this prompt),
+both counted in the time to first token, which runs from the start of the request to the first
+streamed text. Before those, an auto reply on a machine not timed yet times it (once per set-up,
+tens of seconds on a CPU), reporting its progress: that time is the reply's `calibration_s`,
+not part of its time to first token.
 
 Per step it does as little Python as it can, since every moment it holds the interpreter lock
 is one the UI cannot use and vice versa: it hands the step's text to the buffer, and takes a
@@ -39,7 +42,9 @@ class ReplyRequest:
     top_p: float
     seed: int | None
     overflow: str = "rolling"  # the context overflow policy: "rolling" or "stop"
-    restore: Callable[[], int] | None = None  # loads a reopened conversation's KV state
+    # loads a reopened conversation's KV state when it pays for the prompt text given (the
+    # conversation as sent); returns the positions restored
+    restore: Callable[[str], int] | None = None
 
 
 @dataclass
@@ -48,6 +53,7 @@ class ReplyOutcome:
     finish_reason: str
     stopped: bool  # stopped by the user (esc) or by quitting
     error: str | None = None  # why the reply failed
+    prompt: str = ""  # the prompt text sent (the caches hold it, then the reply)
 
 
 def draft_spans(engine: Engine, ev: Event) -> list[Span]:
@@ -76,18 +82,26 @@ def stream_reply(
     should_stop: Callable[[], bool],
     snapshot: Callable[[], dict[str, Any]],
     on_dropped: Callable[[int], object] = lambda n: None,
+    on_calibration: Callable[[float | None], object] = lambda fraction: None,
 ) -> ReplyOutcome:
     """Generate the reply into buffer until it ends or should_stop() says so. on_dropped
-    hears, before the first token, how many old turns the rolling window left out."""
+    hears, before the first token, how many old turns the rolling window left out;
+    on_calibration, while the machine is timed first, the fraction done, then None."""
     reason, stopped = "length", False
     next_snapshot = 0.0
-    t0 = time.monotonic()
     ttft: float | None = None
+    prompt = ""
+    extra: dict[str, Any] = {}
     try:
-        restored = req.restore() if req.restore is not None else 0
+        t_cal = calibrate(engine, req, on_calibration)
+        if t_cal is not None:
+            extra["calibration_s"] = t_cal
+        t0 = time.monotonic()
         fitted = fit_messages(engine, req.messages, max_tokens=req.max_tokens, policy=req.overflow)
         if fitted.dropped_turns:
             on_dropped(fitted.dropped_turns)
+        prompt = engine.format_chat(fitted.messages)[0]
+        restored = req.restore(prompt) if req.restore is not None else 0
         events = engine.chat_stream(
             fitted.messages,
             max_tokens=req.max_tokens,
@@ -111,7 +125,7 @@ def stream_reply(
                     break
                 now = time.monotonic()
                 if now >= next_snapshot:
-                    buffer.publish(dict(snapshot(), ttft=ttft, restored=restored))
+                    buffer.publish(dict(snapshot(), ttft=ttft, restored=restored, **extra))
                     next_snapshot = now + SNAPSHOT_PERIOD_S
         finally:
             events.close()  # ends the generator: its statistics are final
@@ -119,5 +133,34 @@ def stream_reply(
         return ReplyOutcome({}, "error", False, str(exc))
     except Exception as exc:  # a bug must not take the conversation down with it
         return ReplyOutcome({}, "error", False, f"{type(exc).__name__}: {exc}")
-    final = dict(snapshot(), ttft=ttft, restored=restored, dropped_turns=fitted.dropped_turns)
-    return ReplyOutcome(final, reason, stopped)
+    final = dict(snapshot(), ttft=ttft, restored=restored, dropped_turns=fitted.dropped_turns,
+                 **extra)  # fmt: skip
+    return ReplyOutcome(final, reason, stopped, prompt=prompt)
+
+
+def calibrate(
+    engine: Engine, req: ReplyRequest, on_calibration: Callable[[float | None], object]
+) -> float | None:
+    """Time the machine now, with progress, when this reply would otherwise do it silently
+    before its first token: an auto reply, or a restore (loading a state calibrates first),
+    on an engine whose calibration is pending. Returns the seconds it took (None: not timed)."""
+    auto = req.k == "auto" and req.tree is None and req.draft_source != "none"
+    if not (auto or req.restore is not None) or not engine.calibration_pending:
+        return None
+    t0 = time.monotonic()
+    shown = 0  # the percent last reported
+
+    def progress(fraction: float) -> None:
+        nonlocal shown
+        percent = int(100 * min(1.0, max(0.0, fraction)))
+        if percent != shown:  # one message per percent, not per timing step
+            shown = percent
+            on_calibration(percent / 100)
+
+    on_calibration(0.0)
+    try:
+        timed = engine.calibrate(progress=progress)
+        progress(1.0)  # done, whatever the last step reported
+    finally:
+        on_calibration(None)
+    return time.monotonic() - t0 if timed else None

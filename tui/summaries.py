@@ -39,10 +39,14 @@ def reply_footer(s: dict[str, Any], turn: Turn | None = None, *, last: bool = Fa
         parts.append(f"KV state of {s['restored']} tokens restored from disk")
     if "prompt_tokens" in s:
         parts.append(f"prompt {prompt_summary(s)}, prefill {s.get('t_prefill', 0.0):.2f} s")
+    if s.get("calibration_s"):
+        parts.append(f"timed this machine first ({s['calibration_s']:.1f} s, once)")
     if s.get("stopped"):
         parts.append("stopped")
     elif s.get("finish_reason") == "context_full":
         parts.append("context full")
+    elif s.get("finish_reason") == "length":  # cut by max tokens (-n), not ended by the model
+        parts.append("length")
     if turn is not None and turn.reply_versions > 1:
         keys = " (f2/f3)" if last else ""
         parts.append(f"version {turn.reply_version}/{turn.reply_versions}{keys}")

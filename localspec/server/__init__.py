@@ -1,6 +1,7 @@
 """`localspec serve`: an OpenAI-compatible HTTP server over one loaded Engine.
 
-Needs the ``serve`` extra (starlette, uvicorn, pydantic): ``pip install "localspec[serve]"``.
+Needs the ``serve`` extra (starlette, uvicorn, pydantic): ``pip install ".[serve]"`` in the
+localspec checkout, as the README installs it.
 """
 
 from __future__ import annotations

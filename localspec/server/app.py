@@ -9,11 +9,12 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -30,8 +31,12 @@ from .protocol import (
     ModelList,
     error_param,
 )
+from .requestlog import RequestLog, record
 from .responses import Answer
 from .worker import Job, Outcome, QueueFull, Start, Worker
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 M = TypeVar("M", ChatCompletionRequest, CompletionRequest)
 T = TypeVar("T")
@@ -43,21 +48,27 @@ COMPLETION_MAX_TOKENS = 16  # OpenAI's default for raw completions
 
 class _JobStream(StreamingResponse):
     """A server-sent event stream that cancels its job however it ends (a client that
-    disconnects cancels the stream)."""
+    disconnects cancels the stream); ``on_close`` is told whether all of it was sent."""
 
-    def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+    def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[bool], None]) -> None:
         super().__init__(
-            body,
+            self._all(body),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
         self._on_close = on_close
+        self._sent_all = False
+
+    async def _all(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in body:
+            yield chunk
+        self._sent_all = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._on_close()
+            self._on_close(self._sent_all)
 
 
 class Server:
@@ -72,9 +83,24 @@ class Server:
         max_body: int,
         model_id: str | None,
         context_overflow: str,
+        metrics: bool = False,
     ) -> None:
         self.engine = engine
         self.worker = Worker(engine, max_queue)
+        self.metrics: Metrics | None = None
+        if metrics:
+            try:
+                from .metrics import Metrics
+            except ImportError as exc:
+                raise ImportError(
+                    f"metrics need prometheus-client ({exc.name} is missing): "
+                    'pip install "prometheus-client>=0.17"',
+                    name=exc.name,
+                ) from None
+
+            w = self.worker
+            self.metrics = Metrics(queued=lambda: w.queued, busy=lambda: w.busy)
+            w.on_done = self.metrics.generation
         self.api_key = api_key.encode() if api_key else None
         self.max_body = max_body
         self.context_overflow = context_overflow
@@ -151,6 +177,8 @@ class Server:
         drops its job from the queue or stops it between steps."""
         stream = bool(req.stream)
         job = Job(start, stream=stream, prompt_field=prompt_field, loop=asyncio.get_running_loop())
+        rec = record(request)
+        rec.job = job
         try:
             self.worker.submit(job)
         except QueueFull as full:
@@ -167,11 +195,18 @@ class Server:
                 here, _ = await _unless_disconnected(request, job.started)
                 if not here:
                     self.worker.cancel(job)
+                    rec.gone = True
                     return Response(status_code=204)  # nobody is listening
-                return _JobStream(_events(job, answer), lambda: self.worker.cancel(job))
+
+                def closed(sent_all: bool) -> None:
+                    rec.gone = not sent_all
+                    self.worker.cancel(job)
+
+                return _JobStream(_events(job, answer), closed)
             here, out = await _unless_disconnected(request, _started_then_outcome(job))
             if not here or out is None:
                 self.worker.cancel(job)
+                rec.gone = True
                 return Response(status_code=204)
             if out.error is not None:
                 raise out.error
@@ -231,6 +266,13 @@ class Server:
         return JSONResponse(
             {"status": "ok", "busy": self.worker.busy, "queued": self.worker.queued}
         )
+
+    async def metrics_text(self, request: Request) -> Response:
+        """Prometheus' exposition of the counters (the route exists with metrics on)."""
+        self.authorize(request)
+        assert self.metrics is not None
+        body, content_type = self.metrics.exposition(request.headers.get("accept", ""))
+        return Response(body, headers={"Content-Type": content_type})
 
 
 async def _started_then_outcome(job: Job) -> Outcome:
@@ -294,6 +336,7 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     model_id: str | None = None,
     context_overflow: str = "rolling",
+    metrics: bool = False,
 ) -> Starlette:
     """An ASGI app serving ``engine`` (loaded and owned by the caller) with OpenAI's API.
 
@@ -302,7 +345,9 @@ def create_app(
     the largest request body in bytes; model_id: the served id (default: the target's file
     name); context_overflow: "rolling" drops a chat's oldest turns when the conversation and
     a reserve for the reply would not fit the context, "stop" sends it as it is (see
-    localspec.context_fit)."""
+    localspec.context_fit); metrics: serve Prometheus metrics at /metrics (needs
+    prometheus-client; behind the API key when one is set). Each request is logged on the
+    ``localspec.server`` logger (see localspec.server.requestlog)."""
     if max_queue < 0:
         raise ValueError("max_queue must be >= 0")
     srv = Server(
@@ -312,6 +357,7 @@ def create_app(
         max_body=max_body,
         model_id=model_id,
         context_overflow=check_overflow_policy(context_overflow),
+        metrics=metrics,
     )
 
     @asynccontextmanager
@@ -322,25 +368,35 @@ def create_app(
         finally:
             await asyncio.to_thread(srv.worker.stop)
 
+    def answer(request: Request, err: APIError) -> Response:
+        record(request).error = err.body.code or err.body.type
+        return err.response()
+
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, APIError)
-        return exc.response()
+        return answer(request, exc)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        err = APIError(exc.status_code, str(exc.detail), code=None, headers=exc.headers)
-        return err.response()
+        return answer(
+            request, APIError(exc.status_code, str(exc.detail), code=None, headers=exc.headers)
+        )
 
     async def unexpected(request: Request, exc: Exception) -> Response:
-        return internal_error(exc).response()
+        return internal_error(exc).response()  # outside RequestLog, which logs it as a 500
 
+    routes = [
+        Route("/health", srv.health, methods=["GET"]),
+        Route("/v1/models", srv.models, methods=["GET"]),
+        Route("/v1/chat/completions", srv.chat_completions, methods=["POST"]),
+        Route("/v1/completions", srv.completions, methods=["POST"]),
+    ]
+    if srv.metrics is not None:
+        routes.append(Route("/metrics", srv.metrics_text, methods=["GET"]))
+    endpoints = tuple(r.path for r in routes)
     app = Starlette(
-        routes=[
-            Route("/health", srv.health, methods=["GET"]),
-            Route("/v1/models", srv.models, methods=["GET"]),
-            Route("/v1/chat/completions", srv.chat_completions, methods=["POST"]),
-            Route("/v1/completions", srv.completions, methods=["POST"]),
-        ],
+        routes=routes,
+        middleware=[Middleware(RequestLog, metrics=srv.metrics, endpoints=endpoints)],
         exception_handlers={APIError: api_error, HTTPException: http_error, Exception: unexpected},
         lifespan=lifespan,
     )

@@ -369,7 +369,8 @@ class Timings(BaseModel):
     target_ms: float
     draft_ms: float
     glue_ms: float
-    cost_model_per_second: float  # auto: the cost model's expected speed (0 otherwise)
+    cost_model_per_second: float  # auto: the cost model's expected speed, on its cost clock
+    cost_model_speedup: float  # auto: its expected speed over plain decoding (0 otherwise)
     notes: list[str]  # what the engine could not do as asked (n_draft without a drafter...)
     # auto: why it runs what it runs, in the cost model's numbers (None for fixed modes)
     auto: dict[str, Any] | None = None
@@ -398,6 +399,7 @@ class Timings(BaseModel):
             draft_ms=1e3 * s.t_draft,
             glue_ms=1e3 * s.t_glue,
             cost_model_per_second=s.predicted_tokens_per_s,
+            cost_model_speedup=s.predicted_speedup,
             notes=list(s.notes),
             auto=s.auto.as_dict() if s.auto is not None else None,
             sources={name: x.as_dict() for name, x in sorted(s.sources.items())},

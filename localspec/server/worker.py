@@ -22,6 +22,7 @@ from ..stats import Stats
 from .errors import APIError, engine_error, internal_error
 
 Start = Callable[[Engine], Iterator[Event]]
+OnDone = Callable[["Job", "Outcome"], None]
 
 
 @dataclass
@@ -68,6 +69,11 @@ class Job:
         self._lock = threading.Lock()
         self._wake = asyncio.Event()
         self._wake_pending = False
+        # seconds, set by the worker: from submission to its start and to its first token
+        self.t_submit = perf_counter()
+        self.queue_wait: float | None = None
+        self.ttft: float | None = None
+        self.result: Outcome | None = None  # set by the worker before it is posted
 
     def abort(self, error: APIError) -> None:
         """End the job for a reason of the server's (shutdown): a waiting request is answered
@@ -92,9 +98,11 @@ class Job:
         if wake:
             self._call(self._wake.set)
 
-    def run(self, engine: Engine) -> None:
+    def run(self, engine: Engine, on_done: OnDone | None = None) -> None:
+        """Run the generation; ``on_done`` sees its Outcome before the request does."""
         if self.cancelled:  # its client left just as it was taken from the queue
             return
+        self.queue_wait = perf_counter() - self.t_submit
         try:
             events = self.start(engine)
         except Exception as exc:
@@ -106,6 +114,8 @@ class Job:
         error: APIError | None = None
         try:
             for ev in events:
+                if self.ttft is None and ev.tokens:
+                    self.ttft = perf_counter() - self.t_submit
                 if self.stream:
                     self._post(ev)
                 else:
@@ -121,7 +131,13 @@ class Job:
                 close()  # stops the generation between steps and books its statistics
         if self.cancelled and self.abort_error is not None:
             error = self.abort_error
-        self._post(Outcome("".join(texts), reason, engine.last_stats, error))
+        out = self.result = Outcome("".join(texts), reason, engine.last_stats, error)
+        if on_done is not None:
+            try:
+                on_done(self, out)
+            except Exception as exc:
+                internal_error(exc)  # logged; the request is answered all the same
+        self._post(out)
 
     # --- event loop side -----------------------------------------------------------------------
 
@@ -144,9 +160,10 @@ class Job:
 class Worker:
     """The FIFO queue in front of the engine and the thread that drains it."""
 
-    def __init__(self, engine: Engine, max_queue: int) -> None:
+    def __init__(self, engine: Engine, max_queue: int, on_done: OnDone | None = None) -> None:
         self.engine = engine
         self.max_queue = max_queue
+        self.on_done = on_done  # called in the worker thread as each generation ends
         self._jobs: deque[Job] = deque()
         self._cond = threading.Condition()
         self._running: Job | None = None
@@ -219,7 +236,7 @@ class Worker:
                 job = self._running = self._jobs.popleft()
             t0 = perf_counter()
             try:
-                job.run(self.engine)
+                job.run(self.engine, self.on_done)
             finally:
                 with self._cond:
                     self._running = None

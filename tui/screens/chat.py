@@ -1,11 +1,13 @@
-"""The main screen: the conversation, the prompt with the context gauge, and the speculation
-panel beside them."""
+"""The main screen: the conversation, the messages queued while a reply streams, the prompt
+with the context gauge, and the speculation panel beside them (narrower on a narrow terminal,
+hidden on a very narrow one or when the user hides it)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
@@ -20,6 +22,9 @@ from ..widgets.message import MessageView
 from ..widgets.prompt_area import PromptArea
 from ..widgets.stats_panel import StatsPanel
 
+PANEL_FULL = 100  # from this many columns the panel has its full width (the stylesheet's)...
+PANEL_MIN = 70  # ...below, a narrower one; below this, none: the conversation keeps the width
+
 
 class Notice(Static):
     """A one-line note between messages, tied to the turn it precedes."""
@@ -30,6 +35,10 @@ class Notice(Static):
 
 
 class ChatScreen(Screen[None]):
+    def __init__(self, *, panel: bool = True) -> None:
+        super().__init__()
+        self.panel_wanted = panel  # the user's choice (f4); the width may still hide it
+
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with Horizontal(id="main"):
@@ -37,6 +46,7 @@ class ChatScreen(Screen[None]):
                 yield Static("", id="status")
                 yield LoadingIndicator(id="loading")
                 yield VerticalScroll(id="conversation")
+                yield Static("", id="queued")
                 yield PromptArea(placeholder="Loading the model...", id="prompt")
                 yield ContextGauge(id="gauge")
             with Vertical(id="side"):
@@ -59,6 +69,32 @@ class ChatScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.prompt.disabled = True  # until a model is loaded
+        self.query_one("#queued", Static).display = False
+        self.fit_panel()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit_panel()
+
+    @property
+    def panel_shown(self) -> bool:
+        return bool(self.query_one("#side").display)
+
+    def fit_panel(self) -> None:
+        """The panel as the user wants it and the terminal's width allows."""
+        width = self.size.width or self.app.size.width
+        self.set_class(width < PANEL_FULL, "-panel-narrow")
+        self.query_one("#side").display = self.panel_wanted and width >= PANEL_MIN
+
+    def show_queued(self, texts: Sequence[str]) -> None:
+        """The messages waiting for the reply in progress, one line each, dimmed."""
+        line = self.query_one("#queued", Static)
+        line.display = bool(texts)
+        if len(texts) == 1:
+            hint = "sent when the reply ends · esc: stop, back to the input"
+        else:
+            hint = "sent in order as replies end · esc: stop, back to input"
+        rows = [f"queued: {' '.join(t.split())}" for t in texts]
+        line.update(Text("\n".join([*rows, hint]) if texts else ""))
 
     def add_message(self, role: str, text: str = "", *, tint: bool = False) -> MessageView:
         view = MessageView(role, text, tint=tint)

@@ -44,8 +44,9 @@ class PromptArea(TextArea):
         self.move_cursor(self.document.end)
 
     def restore(self, text: str) -> None:
-        """Give back a submitted prompt, ahead of anything typed since."""
-        self.value = text + self.text
+        """Give back a submitted prompt, ahead of anything typed since (on a line of its own:
+        the two are never run together)."""
+        self.value = text + ("\n" + self.text if self.text else "")
 
     async def on_key(self, event: events.Key) -> None:
         """Enter and the newline keys, in the widget's own queue: a binding would run when the

@@ -47,8 +47,8 @@ class StatsPanel(Static):
         if s.get("shape"):
             rows.append(("shapes", Text(s["shape"], overflow="fold")))
         rows.append(("tokens/s", f"{s.get('tokens_per_s', 0.0):.1f}"))
-        if s.get("predicted_tokens_per_s"):
-            rows.append(("predicted", f"{s['predicted_tokens_per_s']:.1f} (cost model)"))
+        if s.get("predicted_speedup"):
+            rows.append(("expected", f"{s['predicted_speedup']:.2f}x plain (auto)"))
         auto = s.get("auto")
         if auto:  # why auto runs what it runs, in its cost model's numbers
             rows.append(("why", Text(auto["brief"], overflow="fold")))

@@ -265,11 +265,13 @@ def install_hint(extra: str) -> str:
 CALIBRATING = "timing this machine for auto (once)\u2026"
 
 
-def calibrate_first(eng: Any) -> None:
+def calibrate_first(eng: Any, **mode: Any) -> None:
     """Auto's first call times this machine (llama.cpp's costs; kept on disk after): do it
     now, before generating, serving or measuring, and show it on stderr: one updating line on
-    a terminal, else a line when it starts and one with the seconds it took."""
-    if not eng.calibration_pending:
+    a terminal, else a line when it starts and one with the seconds it took. mode: a call's
+    n_draft / draft_source where they are not the engine's (a server's requests may ask for
+    auto whatever its default)."""
+    if not eng.calibration_due(**mode):
         return
     err = sys.stderr
     tty = err.isatty()
@@ -287,7 +289,7 @@ def calibrate_first(eng: Any) -> None:
     else:
         print(f"localspec: {CALIBRATING}", file=err, flush=True)
     start = time.perf_counter()
-    eng.calibrate(progress=show if tty else None)
+    eng.calibrate(progress=show if tty else None, **mode)
     took = time.perf_counter() - start
     if tty:
         err.write(f"\rlocalspec: {CALIBRATING} done in {took:.1f} s\x1b[K\n")
@@ -1125,7 +1127,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         _say_mode_notes(eng, args, tree, source)  # the default speculation, as in flags
-        calibrate_first(eng)
+        calibrate_first(eng, n_draft="auto")  # requests may ask for auto whatever the default
         if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
             print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)
         print(f"serving {os.path.basename(eng.target_path)} at {base_url(sock)}/v1", flush=True)

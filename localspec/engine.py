@@ -524,10 +524,17 @@ class Engine:
         """Whether the engine's next auto call would first time this machine (no calibration
         in use and none stored for this set-up, or one timed on a busy machine that is due to
         be timed again now that the machine is quiet): ``calibrate`` does it now, with
-        progress."""
+        progress. For a call with other settings than the engine's: ``calibration_due``."""
+        return self.calibration_due()
+
+    def calibration_due(
+        self, *, n_draft: NDraft | None = None, tree: Any = None, draft_source: Any = None
+    ) -> bool:
+        """calibration_pending for a call with these settings (as complete_stream takes
+        them; None: the engine's)."""
         with self._lock:
             self._check_open()
-            mode, _ = self._mode(None, None)
+            mode, _ = self._mode(n_draft, tree, draft_source)
             sched = self._scheduler
             if not sched.calibration_needed(mode, sched.recalibrate):
                 return False
@@ -536,31 +543,39 @@ class Engine:
             rows, widths = sched.calibration_request(self._target.n_batch)
             return not self._state.calibration_stored(self._rt, max_rows=rows, top_ks=widths)
 
-    def calibrate(self, progress: Callable[[float], None] | None = None) -> bool:
-        """Time this machine for auto now, if the engine's own mode would at its next call
-        (auto, no calibration in use). A valid stored calibration is used instead of timing
-        again. progress(fraction) is called as the timing advances (from this thread).
-        When it calibrates (or reads a stored calibration), a generation still running is
-        superseded and the caches are emptied; otherwise nothing changes. Returns True when
-        the machine was timed."""
+    def calibrate(
+        self,
+        progress: Callable[[float], None] | None = None,
+        *,
+        n_draft: NDraft | None = None,
+        tree: Any = None,
+        draft_source: Any = None,
+    ) -> bool:
+        """Time this machine for auto now, if a call with these settings (None: the engine's)
+        would at its start (auto, no calibration in use). A valid stored calibration is used
+        instead of timing again. progress(fraction) is called as the timing advances (from
+        this thread). When it calibrates (or reads a stored calibration), a generation still
+        running is superseded and the caches are emptied; otherwise nothing changes. Returns
+        True when the machine was timed."""
         with self._lock:
             self._check_open()
-            mode, _ = self._mode(None, None)
+            mode, _ = self._mode(n_draft, tree, draft_source)
             if not self._scheduler.calibration_needed(mode, self._scheduler.recalibrate):
                 return False
             self._current = None
-            return self._calibrate_first(progress, checked=True)
+            return self._calibrate_first(progress, mode=mode)
 
     def _calibrate_first(
-        self, progress: Callable[[float], None] | None = None, *, checked: bool = False
+        self, progress: Callable[[float], None] | None = None, *, mode: Mode | None = None
     ) -> bool:
         """Calibrate auto now when the engine's own mode would at its next call: timing the
-        machine empties the caches, which would lose a restored session. checked: the caller
-        found it needed."""
-        mode, _ = self._mode(None, None)
+        machine empties the caches, which would lose a restored session. mode: a call's,
+        which the caller found needs it."""
         sched = self._scheduler
-        if not checked and not sched.calibration_needed(mode, sched.recalibrate):
-            return False
+        if mode is None:
+            mode, _ = self._mode(None, None)
+            if not sched.calibration_needed(mode, sched.recalibrate):
+                return False
         rows, widths = sched.calibration_request(self._target.n_batch)
         cal = self._state.calibrate(
             self._rt,

@@ -109,3 +109,19 @@ def test_an_unwritable_cache_folder_is_not_an_error(models, tmp_path, monkeypatc
     monkeypatch.setenv("LOCALSPEC_CACHE_DIR", str(blocker))
     with localspec.load(models["target"], draft=models["draft"], **EXACT) as eng:
         assert eng.complete("hi", max_tokens=4).stats.t_calibrate > 0
+
+
+def test_a_call_with_auto_on_a_fixed_k_engine_can_be_timed_first(models) -> None:
+    """An engine whose own calls draft a fixed chain has nothing pending, but a call that asks
+    for auto does (the chat's /k auto, a server request): calibration_due and calibrate take
+    the call's settings, so the wait can be shown before that call."""
+    with localspec.load(models["target"], draft=models["draft"], n_draft=3, **EXACT) as eng:
+        assert not eng.calibration_pending
+        assert not eng.calibrate()  # nothing to time for the engine's own calls
+        assert eng.calibration_due(n_draft="auto")
+        seen: list[float] = []
+        assert eng.calibrate(seen.append, n_draft="auto")
+        assert seen and seen[-1] == 1.0
+        assert not eng.calibration_due(n_draft="auto")
+        c = eng.complete("the quick brown fox", max_tokens=8, n_draft="auto")
+        assert c.stats.t_calibrate == 0  # already timed

@@ -480,11 +480,10 @@ class FakeCalibrating:
     def __init__(self) -> None:
         self.calls = 0
 
-    @property
-    def calibration_pending(self) -> bool:
+    def calibration_due(self, **mode) -> bool:
         return self.calls == 0
 
-    def calibrate(self, progress=None) -> bool:
+    def calibrate(self, progress=None, **mode) -> bool:
         self.calls += 1
         for f in (0.0, 0.25, 0.5, 1.0):
             if progress is not None:

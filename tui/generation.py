@@ -145,7 +145,12 @@ def calibrate(
     before its first token: an auto reply, or a restore (loading a state calibrates first),
     on an engine whose calibration is pending. Returns the seconds it took (None: not timed)."""
     auto = req.k == "auto" and req.tree is None and req.draft_source != "none"
-    if not (auto or req.restore is not None) or not engine.calibration_pending:
+    # the reply's own settings (the engine's may be a fixed k); a restore calibrates the
+    # engine's own mode first
+    mode: dict[str, Any] = (
+        {"n_draft": "auto", "tree": None, "draft_source": req.draft_source} if auto else {}
+    )
+    if not (auto or req.restore is not None) or not engine.calibration_due(**mode):
         return None
     t0 = time.monotonic()
     shown = 0  # the percent last reported
@@ -159,7 +164,7 @@ def calibrate(
 
     on_calibration(0.0)
     try:
-        timed = engine.calibrate(progress=progress)
+        timed = engine.calibrate(progress=progress, **mode)
         progress(1.0)  # done, whatever the last step reported
     finally:
         on_calibration(None)

@@ -29,14 +29,13 @@ import re
 import shlex
 import shutil
 import textwrap
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType
 
 import pytest
+from test_server import running
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -234,27 +233,16 @@ def compiled(sample: Sample, code: str | None = None) -> CodeType:
 
 @contextlib.contextmanager
 def tiny_server(models: dict[str, str]) -> Iterator[str]:
-    """`localspec serve` on the tiny pair, in a thread on a free loopback port."""
+    """`localspec serve` on the tiny pair, in a thread on a free loopback port (the server
+    tests' own helper)."""
     import localspec
-    from localspec.server import create_app
-    from localspec.server.run import base_url, listen, make_server
 
     opts = {"n_threads": 1, "n_ctx": 1024}
-    with localspec.load(models["target"], draft=models["draft"], **opts) as eng:
-        sock = listen("127.0.0.1", 0)
-        server = make_server(create_app(eng))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        end = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < end, "the server did not start"
-            time.sleep(0.01)
-        try:
-            yield base_url(sock)
-        finally:
-            server.should_exit = True
-            thread.join(30)
-            sock.close()
+    with (
+        localspec.load(models["target"], draft=models["draft"], **opts) as eng,
+        running(eng) as url,
+    ):
+        yield url
 
 
 def run_python(sample: Sample, models: dict[str, str], folder: Path) -> None:

@@ -37,7 +37,7 @@ from .errors import InvalidParameterError, LocalspecError
 from .lowlevel import verify_curve as verify_curve  # bench prints it; lowlevel owns it
 from .stats import Stats
 
-NAMED_SETS = ("mtbench", "humaneval", "long", "short", "copy")
+NAMED_SETS = ("mtbench", "humaneval", "long", "short", "copy", "copy-wide")
 # "long"/"short": the same final ShareGPT questions, asked after their whole conversation
 # (1-3k tokens of history) or alone, from the end of the file (not what `train` used first)
 LONG_CHARS = (4000, 12000)
@@ -45,6 +45,10 @@ LONG_CHARS = (4000, 12000)
 # proofread text, reshaped JSON, an earlier answer repeated with one change), written for
 # localspec and shipped in the package: where drafting from the context itself pays
 COPY_SET = "copy_heavy.jsonl"
+# "copy-wide": copy-heavy requests of every reply length (50-300 tokens), edits that change more
+# (a rewrite to async/await, a tone change, CSV to JSON) and two-turn edits whose second turn
+# edits the model's own first answer; written for issue 48 and committed before its first timing
+COPY_WIDE_SET = "copy_wide.jsonl"
 
 
 @dataclass
@@ -83,16 +87,16 @@ def bench_records(text: str, source: str) -> list[BenchPrompt]:
     ]
 
 
-def copy_prompts() -> list[BenchPrompt]:
+def copy_prompts(name: str = COPY_SET) -> list[BenchPrompt]:
     """The copy-heavy set (localspec/data/copy_heavy.jsonl): code edits returning the whole
     file (code-*), text fixes (text-*), JSON reshaping (json-*) and chats that ask for an
-    earlier answer again with one change (chat-*)."""
-    res = importlib.resources.files("localspec") / "data" / COPY_SET
-    return bench_records(res.read_text(encoding="utf-8"), COPY_SET)
+    earlier answer again with one change (chat-*); or, given COPY_WIDE_SET, the wide one."""
+    res = importlib.resources.files("localspec") / "data" / name
+    return bench_records(res.read_text(encoding="utf-8"), name)
 
 
 def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
-    """A named set (mtbench, humaneval, long, short, copy) or a JSONL file of prompts."""
+    """A named set (mtbench, humaneval, long, short, copy, copy-wide) or a JSONL file of prompts."""
     if limit is not None and limit < 1:
         raise InvalidParameterError("--limit must be >= 1")
     if spec == "mtbench":
@@ -107,6 +111,8 @@ def load_prompt_set(spec: str, limit: int | None) -> list[BenchPrompt]:
         out = list(long if spec == "long" else short)
     elif spec == "copy":
         out = copy_prompts()
+    elif spec == "copy-wide":
+        out = copy_prompts(COPY_WIDE_SET)
     elif os.path.exists(spec) or os.path.dirname(spec) or os.path.splitext(spec)[1]:
         # a path (a folder or an extension such as .jsonl): jsonl_prompts says what is wrong
         out = [

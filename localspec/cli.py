@@ -550,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompts",
         nargs="+",
         default=["mtbench", "humaneval"],
-        help="mtbench, humaneval, long, short, copy (copy-heavy edits), or JSONL files "
+        help="mtbench, humaneval, long, short, copy (copy-heavy edits), copy-wide (edits of "
+        "every length, two-turn edits), or JSONL files "
         "(default: mtbench humaneval)",
     )
     b.add_argument("--k", default="1,2,3,4,5,6,8", help="fixed chain lengths to sweep")

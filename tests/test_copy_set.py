@@ -81,3 +81,18 @@ def test_bench_records_read_history_and_ids() -> None:
     ):
         with pytest.raises(localspec.LocalspecError, match=f"^src.jsonl:1: .*{why}"):
             bench.bench_records(bad, "src.jsonl")
+
+
+def test_wide_copy_set_loads_by_name_with_two_turn_edits() -> None:
+    assert "copy-wide" in bench.NAMED_SETS
+    prompts = bench.load_prompt_set("copy-wide", None)
+    assert len(prompts) >= 16
+    ids = [p.id for p in prompts]
+    assert len(set(ids)) == len(ids)
+    for kind in ("short-", "mid-", "long-", "multi-"):
+        assert sum(i.startswith(kind) for i in ids) >= 4, kind
+    multi = [p for p in prompts if p.id.startswith("multi-")]
+    assert all(len(p.turns) == 2 for p in multi)  # the second turn edits the model's own answer
+    for p in prompts:
+        assert p.turns and all(t.strip() for t in p.turns), p.id
+        assert sum(len(t) for t in p.turns) / 3.5 <= MAX_PROMPT_TOKENS, p.id

@@ -11,19 +11,24 @@ order), each formatted with the target's own chat template:
 - llama-cpp-python's prompt-lookup decoding (`llama_cpp.Llama(draft_model=
   LlamaPromptLookupDecoding(...))`, `create_chat_completion`) and the same Llama without a
   draft model as that peer's own plain baseline;
-- with --llama-server PATH, llama.cpp's server with `--spec-type ngram-mod` (or --spec-type)
-  and a second server without speculation as its baseline (`timings` of each response).
+- with --llama-server PATH, llama.cpp's server with `--spec-type ngram-mod` (or each --spec,
+  one server apiece: a spec type and its own arguments) and a server without speculation as
+  their baseline (`timings` of each response).
 
 For every run it records decoding speed (generated tokens / decoding seconds, prompt processing
 excluded) and end-to-end speed (generated tokens / the whole call), then prints per setting the
 median of both, the ratio to localspec's plain decoding (and, for the peers, to their own plain
 baseline), for localspec settings the drafted/accepted tokens and tau per draft source, and how
 many greedy replies differ from plain decoding's (tokens for localspec settings, text for the
-peers). --json writes every run.
+peers). Then the aggregate end to end (all tokens over all seconds) of every setting against
+localspec plain and against the best llama-server n-gram setting, each request's end-to-end ratio
+of auto to plain (the lowest named), and the machine: its CPU and what verifying 16 tokens costs
+there against one (localspec's own verify curve, taps off). --json writes every run.
 
     python benchmarks/bench_copy.py [--target T.gguf] [--draft D.gguf] [--prompts copy]
         [--max-tokens 256] [--rounds 2] [--limit N] [--threads 2]
-        [--llama-server /path/to/llama-server [--server-args "..."]] [--json OUT.json]
+        [--llama-server /path/to/llama-server [--spec "ngram-mod" --spec "ngram-simple
+        --spec-draft-n-max 16" ...] [--server-args "..."]] [--json OUT.json]
 
 The default target is Qwen2.5-Coder-1.5B-Instruct Q4_K_M (scripts/get-real-targets.py).
 """
@@ -402,7 +407,7 @@ def format_table(settings: list[Setting]) -> str:
     by = {s.name: s for s in settings}
     plain = by["plain"].runs
     lines = [
-        f"{'setting':>22} {'tok/s':>7} {'x plain':>7} {'x own':>6} {'e2e t/s':>7} "
+        f"{'setting':>40} {'tok/s':>7} {'x plain':>7} {'x own':>6} {'e2e t/s':>7} "
         f"{'x plain':>7} {'differ':>6}  per source: drafted/accepted, tau",
     ]
     for s in settings:
@@ -419,7 +424,7 @@ def format_table(settings: list[Setting]) -> str:
             for name, d in source_summary(s.runs).items()
         )
         lines.append(
-            f"{s.name:>22} {tps:7.1f} {paired_ratio(s.runs, plain):6.2f}x {own:>6} "
+            f"{s.name:>40} {tps:7.1f} {paired_ratio(s.runs, plain):6.2f}x {own:>6} "
             f"{e2e:7.1f} {paired_ratio(s.runs, plain, e2e=True):6.2f}x {differ:>6}  {src}"
         )
     lines.append(
@@ -428,6 +433,112 @@ def format_table(settings: list[Setting]) -> str:
         "to the setting's own plain baseline; e2e: the whole call; differ: greedy replies that "
         "differ from localspec plain (tokens for localspec, text for peers)"
     )
+    return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def machine_info(eng: Any) -> dict[str, Any]:
+    """The CPU, and one target decode of 16 tokens against one (median of 5 each, taps off as
+    plain decoding runs, after a 64-token context): what a long draft's verify costs here."""
+    from localspec.lowlevel import verify_curve
+
+    curve = verify_curve(eng, [1, 16], reps=5, taps=False)
+    return {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "verify_s": {str(k): v for k, v in curve.items()},
+        "t16_over_t1": curve[16] / curve[1],
+    }
+
+
+def aggregate_summary(settings: list[Setting]) -> dict[str, Any]:
+    """All tokens over all seconds per setting (end to end and decoding), each against localspec
+    plain and against the best llama-server speculative setting; auto's per-request ratios."""
+    by = {s.name: s for s in settings}
+
+    def agg(s: Setting, e2e: bool) -> float:
+        secs = sum(r.e2e_s if e2e else r.decode_s for r in s.runs)
+        return sum(r.generated for r in s.runs) / secs if secs > 0 else 0.0
+
+    rows: dict[str, dict[str, float]] = {
+        s.name: {"e2e_tok_s": agg(s, True), "decode_tok_s": agg(s, False), "runs": len(s.runs)}
+        for s in settings
+    }
+    plain = rows["plain"]
+    servers = [s.name for s in settings if s.kind == "server" and s.baseline != s.name]
+    best = max(servers, key=lambda n: rows[n]["e2e_tok_s"], default=None)
+    for row in rows.values():
+        pe, pd = plain["e2e_tok_s"], plain["decode_tok_s"]
+        row["e2e_x_plain"] = row["e2e_tok_s"] / pe if pe else 0.0
+        row["decode_x_plain"] = row["decode_tok_s"] / pd if pd else 0.0
+        if best:
+            b = rows[best]
+            row["e2e_x_best_server"] = row["e2e_tok_s"] / b["e2e_tok_s"]
+            row["decode_x_best_server"] = row["decode_tok_s"] / b["decode_tok_s"]
+    per_request: list[dict[str, Any]] = []
+    if "auto" in by:
+        base = {(r.prompt, r.round): r for r in by["plain"].runs}
+        for r in by["auto"].runs:
+            b = base.get((r.prompt, r.round))
+            if b is None or b.e2e_tok_s <= 0 or b.tok_s <= 0:
+                continue
+            per_request.append(
+                {
+                    "prompt": r.prompt,
+                    "round": r.round,
+                    "generated": r.generated,
+                    "plain_generated": b.generated,
+                    "e2e_x_plain": r.e2e_tok_s / b.e2e_tok_s,
+                    "decode_x_plain": r.tok_s / b.tok_s,
+                }
+            )
+    return {"settings": rows, "best_server": best, "auto_per_request": per_request}
+
+
+def format_summary(summary: dict[str, Any], machine: dict[str, Any]) -> str:
+    best = summary["best_server"]
+    lines = [
+        f"machine: {machine['cpu']}, {machine['cores']} cores; verifying 16 tokens costs "
+        f"{machine['t16_over_t1']:.2f}x one",
+        f"{'aggregate':>40} {'e2e t/s':>8} {'x plain':>7} {'decode':>7} {'x plain':>7}"
+        + (f" {'e2e x best server':>17} {'decode x':>8}" if best else ""),
+    ]
+    for name, row in summary["settings"].items():
+        line = (
+            f"{name:>40} {row['e2e_tok_s']:8.2f} {row['e2e_x_plain']:6.2f}x "
+            f"{row['decode_tok_s']:7.2f} {row['decode_x_plain']:6.2f}x"
+        )
+        if best:
+            line += f" {row['e2e_x_best_server']:16.2f}x {row['decode_x_best_server']:7.2f}x"
+        lines.append(line)
+    if best:
+        lines.append(f"best llama-server n-gram setting (end to end): {best}")
+    per = sorted(summary["auto_per_request"], key=lambda d: d["e2e_x_plain"])
+    if per:
+        below = [d for d in per if d["e2e_x_plain"] < 0.97]
+        lines.append(
+            f"auto per request, end to end x plain: lowest {per[0]['e2e_x_plain']:.2f} "
+            f"({per[0]['prompt']}, {per[0]['generated']} tokens), median "
+            f"{median([d['e2e_x_plain'] for d in per]):.2f}, highest {per[-1]['e2e_x_plain']:.2f};"
+            f" {len(below)} of {len(per)} below 0.97"
+        )
+        for d in per:
+            lines.append(
+                f"  {d['prompt']:>28} r{d['round'] + 1} {d['generated']:4d} tokens  e2e "
+                f"{d['e2e_x_plain']:.2f}x  decode {d['decode_x_plain']:.2f}x"
+            )
     return "\n".join(lines)
 
 
@@ -452,6 +563,13 @@ def main() -> int:
     ap.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python prompt lookup")
     ap.add_argument("--llama-server", metavar="PATH", help="llama-server binary (adds its rows)")
     ap.add_argument("--spec-type", default="ngram-mod", help="llama-server --spec-type")
+    ap.add_argument(
+        "--spec",
+        action="append",
+        default=None,
+        help="a llama-server spec setting: its --spec-type and any arguments of its own, e.g. "
+        "'ngram-simple --spec-draft-n-max 16'; repeat for several (default: --spec-type)",
+    )
     ap.add_argument("--server-args", default="", help="extra llama-server arguments (both)")
     ap.add_argument("--json", metavar="PATH", help="write every run here")
     args = ap.parse_args()
@@ -533,8 +651,6 @@ def main() -> int:
         if args.llama_server:
             srv_plain = start_server(args.llama_server, target, T, "", args.server_args)
             closers.append(srv_plain.stop)
-            srv_spec = start_server(args.llama_server, target, T, args.spec_type, args.server_args)
-            closers.append(srv_spec.stop)
             settings.append(
                 Setting(
                     "llama-server plain",
@@ -544,20 +660,31 @@ def main() -> int:
                     note=shlex.join(srv_plain.cmd),
                 )
             )
-            settings.append(
-                Setting(
-                    f"llama-server {args.spec_type}",
-                    "server",
-                    srv_spec.chat,
-                    baseline="llama-server plain",
-                    note=shlex.join(srv_spec.cmd),
+            for spec in args.spec or [args.spec_type]:
+                kind, *own = shlex.split(spec)
+                extra = " ".join([args.server_args, shlex.join(own)]).strip()
+                srv_spec = start_server(args.llama_server, target, T, kind, extra)
+                closers.append(srv_spec.stop)
+                settings.append(
+                    Setting(
+                        f"llama-server {spec}",
+                        "server",
+                        srv_spec.chat,
+                        baseline="llama-server plain",
+                        note=shlex.join(srv_spec.cmd),
+                    )
                 )
-            )
 
         print(
             f"target {target}; llama-cpp-python {N.INSTALLED_LLAMA_CPP_PYTHON}, {T} threads, "
             f"{len(prompts)} prompts ({args.prompts}) x {args.rounds} rounds, up to {n} tokens, "
             f"greedy; settings: {', '.join(s.name for s in settings)}",
+            flush=True,
+        )
+        machine = machine_info(plain_eng)
+        print(
+            f"CPU {machine['cpu']}; verifying 16 tokens costs {machine['t16_over_t1']:.2f}x one "
+            "(localspec's verify curve, taps off)",
             flush=True,
         )
         # warm-up (auto's first call may time the machine): one short reply per setting
@@ -609,6 +736,9 @@ def main() -> int:
 
     print()
     print(format_table(settings))
+    print()
+    summary = aggregate_summary(settings)
+    print(format_summary(summary, machine))
     for s in settings:
         if s.note:
             print(f"{s.name}: {s.note}")
@@ -623,10 +753,13 @@ def main() -> int:
             "options": {
                 k: getattr(args, k)
                 for k in ("prompts", "max_tokens", "rounds", "limit", "threads", "flash_attn")
-                + ("lookup_tokens", "lookup_ngram", "llama_server", "spec_type", "server_args")
+                + ("lookup_tokens", "lookup_ngram", "llama_server", "spec_type", "spec")
+                + ("server_args",)
             },
             "llama_cpp_python": N.INSTALLED_LLAMA_CPP_PYTHON,
             "cpu_extra_buffers": cpu_extra_buffers(),
+            "machine": machine,
+            "summary": summary,
             "notes": notes,
             "settings": {
                 s.name: {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -71,6 +72,19 @@ class Completion:
     accepted: list[bool]
     finish_reason: FinishReason
     stats: Stats = field(default_factory=Stats)
+    _events: list[Event] = field(default_factory=list, repr=False, compare=False)
+
+    def __iter__(self) -> Iterator[Event]:
+        """Deprecated: the events of the reply, one by one, as ``chat`` yielded them before it
+        returned a Completion (they are replayed after the reply is whole; ``chat_stream``
+        streams them live). Kept through 0.1; removed in 0.2."""
+        warnings.warn(
+            "iterating over the Completion that Engine.chat returns is deprecated: use "
+            "Engine.chat_stream(...) to stream events, or the Completion's text and tokens",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return iter(self._events)
 
 
 def window_for(spec: DrafterSpec, rt: RuntimeOptions) -> int | None:
@@ -349,6 +363,16 @@ class Engine:
         self._last_stats = gen.stats
         return gen.run()
 
+    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> Generator[Event, None, None]:
+        """Deprecated alias of ``complete_stream``, the name the README used before; kept
+        through 0.1, removed in 0.2."""
+        warnings.warn(
+            "Engine.generate is deprecated: use Engine.complete_stream (same arguments)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.complete_stream(prompt, **kwargs)
+
     def complete(self, prompt: str | Sequence[int], **kwargs: Any) -> Completion:
         """Generate to the end and return the whole text, tokens and statistics; keyword
         arguments are ``complete_stream``'s."""
@@ -374,12 +398,14 @@ class Engine:
         tokens: list[int] = []
         accepted: list[bool] = []
         reason: FinishReason = "length"
+        kept: list[Event] = []
         for ev in events:
+            kept.append(ev)
             texts.append(ev.text)
             tokens += ev.tokens
             accepted += ev.accepted
             reason = ev.finish_reason or reason
-        return Completion("".join(texts), tokens, accepted, reason, self.last_stats)
+        return Completion("".join(texts), tokens, accepted, reason, self.last_stats, kept)
 
     def propose(self, prompt: str | Sequence[int], k: int = 4) -> list[int]:
         """The drafter's greedy chain for the k positions after the target's next token."""

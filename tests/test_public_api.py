@@ -171,3 +171,27 @@ def test_lowlevel_hold_supersedes_empties_both_caches_and_restores_the_taps(agre
         assert p.target.taps_active
         again = eng.complete("abcdefgh", max_tokens=20, n_draft=3)
         assert again.stats.cached_tokens == 0 and again.stats.accepted > 0
+
+
+def test_deprecated_generate_and_iterating_a_chat_completion_still_work(agree) -> None:
+    """Scripts written against the README of two weeks ago: ``for ev in eng.generate(...)``
+    and ``for ev in eng.chat(...)``. Both keep working for one release, with a warning."""
+    import localspec
+
+    from conftest import EXACT
+
+    with localspec.load(agree[0], draft=agree[1], **EXACT) as eng:
+        live = list(eng.complete_stream("abcdefgh", max_tokens=12, n_draft=3))
+        with pytest.warns(DeprecationWarning, match="complete_stream"):
+            old = list(eng.generate("abcdefgh", max_tokens=12, n_draft=3))
+        assert [ev.tokens for ev in old] == [ev.tokens for ev in live]
+        assert old[-1].finish_reason == live[-1].finish_reason
+
+        reply = eng.chat([{"role": "user", "content": "Say hi"}], max_tokens=10, n_draft=2)
+        with pytest.warns(DeprecationWarning, match="chat_stream"):
+            events = list(reply)
+        assert events and "".join(ev.text for ev in events) == reply.text
+        assert [t for ev in events for t in ev.tokens] == reply.tokens
+        assert events[-1].finish_reason == reply.finish_reason
+    with pytest.warns(DeprecationWarning):
+        assert list(localspec.Completion("", [], [], "length")) == []

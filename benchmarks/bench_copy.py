@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
 from localspec.bench import BenchPrompt, load_prompt_set  # noqa: E402
-from localspec.hardware import cpu_extra_buffers  # noqa: E402
+from localspec.native.hardware import cpu_extra_buffers  # noqa: E402
 
 N_CTX = 4096
 FLASH_ATTN = ["off"]  # --flash-attn, the same for every setting (llama-cpp-python's default)
@@ -164,8 +164,9 @@ def check_draft_source(eng: Any) -> str:
 
 
 def patch_llama_cpp_params() -> None:
-    """llama.cpp's AMX kernels crash on multi-token decodes on some CPUs (localspec.hardware):
-    give llama-cpp-python's Llama the extra-buffer setting localspec uses, as the tests do."""
+    """llama.cpp's AMX kernels crash on multi-token decodes on some CPUs
+    (localspec.native.hardware): give llama-cpp-python's Llama the extra-buffer setting
+    localspec uses, as the tests do."""
     import llama_cpp.llama_cpp as C
 
     if getattr(C.llama_model_default_params, "_bench_copy", False):
@@ -307,8 +308,8 @@ class Server:
 def start_server(binary: str, target: str, threads: int, spec: str, extra: str) -> Server:
     """llama-server on a free local port; spec: its --spec-type, or "" for none. Where
     localspec keeps llama.cpp's extra CPU buffers off (AMX CPUs, whose kernels crash on
-    multi-token decodes: localspec.hardware), the server gets --no-repack, which does the same
-    (without it this build segfaults at its first decode on the project's Xeon)."""
+    multi-token decodes: localspec.native.hardware), the server gets --no-repack, which does
+    the same (without it this build segfaults at its first decode on the project's Xeon)."""
     port = free_port()
     cmd = [binary, "-m", target, "-t", str(threads), "-c", str(N_CTX), "-np", "1", "--jinja"]
     cmd += ["-fa", FLASH_ATTN[0]]

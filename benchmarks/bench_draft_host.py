@@ -21,10 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 import localspec
-from localspec import _native as N
-from localspec import drafttree, eagle_source
-from localspec.discovery import default_target
-from localspec.drafter import Drafter
+from localspec import native as N
+from localspec.files.discovery import default_target
+from localspec.native import model as native_model
+from localspec.runtime.drafter import Drafter
+from localspec.speculation import drafttree
+from localspec.speculation.sources import eagle as eagle_source
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -36,10 +38,10 @@ PROMPTS = [
 NATIVE = {
     "NativeContext.decode",
     "NativeContext.encode",
-    "_native._logits_ith_addr",
-    "_native._nextn_ith_addr",
-    "_native._nextn_addr",
-    "_native._logits_addr",
+    "native.model._logits_ith_addr",
+    "native.model._nextn_ith_addr",
+    "native.model._nextn_addr",
+    "native.model._logits_addr",
 }
 
 
@@ -101,7 +103,8 @@ def instrument(clock: Clock) -> None:
     targets += [(eagle_source.EagleSource, "draft"), (drafttree.DraftTree, "add")]
     targets += [(eagle_source, "_top"), (eagle_source, "_best_k"), (eagle_source, "_best_chain")]
     targets += [(N.Batch, "set"), (N.Batch, "set_rows")]
-    targets += [(N, n.removeprefix("_native.")) for n in NATIVE if n.startswith("_native.")]
+    # the output-address bindings, where the context reads them
+    targets += [(native_model, n.removeprefix("native.model.")) for n in NATIVE if "._" in n]
     for owner, name in targets:
         label = f"{getattr(owner, '__name__', owner)}.{name}".replace("localspec.", "")
         setattr(owner, name, clock.wrap(label, getattr(owner, name)))

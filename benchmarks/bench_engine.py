@@ -22,8 +22,8 @@ import statistics
 import sys
 
 import localspec
-from localspec import _native as N
-from localspec.discovery import default_target
+from localspec import native as N
+from localspec.files.discovery import default_target
 from localspec.lowlevel import parts, verify_curve
 
 PROMPTS = [

@@ -28,9 +28,9 @@ import tempfile
 import time
 
 from localspec.datasets import Record, Unusable, records
-from localspec.discovery import default_target
+from localspec.files.discovery import default_target
 from localspec.options import RuntimeOptions
-from localspec.target import Target
+from localspec.runtime.target import Target
 from localspec.training.features import FeatureConfig, FeatureWriter
 from localspec.training.trainer import build_features, default_taps, target_info
 

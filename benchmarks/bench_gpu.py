@@ -41,8 +41,8 @@ import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
 from localspec import costmodel as cm  # noqa: E402
 from localspec.lowlevel import draft_costs, hold, parts, verify_curve  # noqa: E402
-from localspec.taps import GRAPH, STAGING  # noqa: E402
-from localspec.tree import TreeShape  # noqa: E402
+from localspec.runtime.taps import GRAPH, STAGING  # noqa: E402
+from localspec.speculation.tree import TreeShape  # noqa: E402
 
 import tinymodels as tm  # noqa: E402
 

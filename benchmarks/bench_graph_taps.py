@@ -25,11 +25,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
 from localspec import _native as N  # noqa: E402
-from localspec.discovery import default_target  # noqa: E402
+from localspec.files.discovery import default_target  # noqa: E402
 from localspec.lowlevel import verify_curve  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
-from localspec.taps import GRAPH, STAGING  # noqa: E402
-from localspec.target import Target  # noqa: E402
+from localspec.runtime.taps import GRAPH, STAGING  # noqa: E402
+from localspec.runtime.target import Target  # noqa: E402
 
 import tinymodels as tm  # noqa: E402
 

@@ -1,13 +1,14 @@
-"""Candidate indexes for the n-gram draft source (localspec/ngram.py), measured side by side.
+"""Candidate indexes for the n-gram draft source, measured side by side
+(localspec/speculation/sources/ngram_index.py).
 
 The stream: Python standard library sources cut into word, punctuation and whitespace tokens,
 each distinct piece mapped to a random id below 150k (as a BPE vocabulary would), a stretch of
 300 uniformly random ids after each file (text that never repeats), and one file read again
 with a few edits (an agent re-reading what it changed), to --tokens tokens (32768).
 
-Candidates (each gives the same answers as localspec.ngram.NGramIndex.lookup, except (b)):
+Candidates (each gives the same answers as NGramIndex.lookup, except (b)):
 
-  (a)  localspec.ngram.NGramIndex: a lazy suffix trie of depth max_n in one dict (n-grams seen
+  (a)  NGramIndex: a lazy suffix trie of depth max_n in one dict (n-grams seen
        once held as a bare position, records only for repeated ones), undo stack for truncate;
   (a0) every n-gram 1..max_n with a follower held in one dict (a bare position when seen once,
        else a record of its followers): the plain design, no truncate;
@@ -46,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from localspec.ngram import MAX_MATCH, Continuation, NGramIndex  # noqa: E402
+from localspec.speculation.sources.ngram_index import MAX_MATCH, Continuation, NGramIndex  # noqa: E402
 
 VOCAB = 150_000
 FILES = [

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from localspec.discovery import default_target
+from localspec.files.discovery import default_target
 from localspec.training import trainer as T
 
 

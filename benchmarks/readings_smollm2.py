@@ -21,7 +21,7 @@ import time
 from localspec.converters.formats import Reading
 from localspec.converters.measure import PROMPTS, MeasureConfig, choose, measure
 from localspec.datasets import mtbench_questions
-from localspec.discovery import default_target, drafter_path_for
+from localspec.files.discovery import default_target, drafter_path_for
 
 SHIPPED = os.path.join(
     os.path.dirname(__file__), "..", "localspec", "models", "SmolLM2-135M-Instruct.Q4_1.eagle3.gguf"

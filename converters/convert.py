@@ -14,19 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from localspec import _native as N
-from localspec import gguf_keys as K
-from localspec.discovery import drafter_path_for
+from localspec import native as N
 from localspec.errors import (
     CheckpointError,
     InvalidParameterError,
     LocalspecError,
     UnsupportedModelError,
 )
-from localspec.hardware import physical_cores
+from localspec.files import gguf_keys as K
+from localspec.files.discovery import drafter_path_for
+from localspec.native.hardware import physical_cores
+from localspec.runtime.taps import NONE as NO_TAPS
+from localspec.runtime.taps import route_for
 from localspec.stats import Stats
-from localspec.taps import NONE as NO_TAPS
-from localspec.taps import route_for
 
 from . import formats as F
 from .checkpoint import load_tensors, read_config

@@ -17,10 +17,10 @@ from typing import Any
 import gguf
 import numpy as np
 
-from localspec import _native as N
-from localspec import gguf_keys as K
+from localspec import native as N
 from localspec.errors import ModelFileError
-from localspec.target import vocab_fingerprint
+from localspec.files import gguf_keys as K
+from localspec.runtime.target import vocab_fingerprint
 
 
 @dataclass

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from localspec import _native as N
-from localspec import gguf_keys as K
-from localspec.ggufdata import read_tensor
+from localspec import native as N
+from localspec.files import gguf_keys as K
+from localspec.files.ggufdata import read_tensor
 from localspec.stats import Stats
 
 from .formats import DrafterConfig

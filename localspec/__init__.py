@@ -11,14 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .context_fit import (
-    OVERFLOW_POLICIES,
-    ContextUse,
-    Fitted,
-    check_overflow_policy,
-    context_use,
-    fit_messages,
-)
 from .errors import (
     CheckpointError,
     ContextFullError,
@@ -31,15 +23,23 @@ from .errors import (
     SessionStateError,
     UnsupportedModelError,
 )
-from .hub import resolve_target
-from .session_cache import SessionCache
+from .files.hub import resolve_target
+from .files.session_cache import SessionCache
 from .stats import Stats
+from .text.context_fit import (
+    OVERFLOW_POLICIES,
+    ContextUse,
+    Fitted,
+    check_overflow_policy,
+    context_use,
+    fit_messages,
+)
 
 if TYPE_CHECKING:  # the lazy names below, typed for type checkers
     from .converters.convert import convert
     from .engine import DRAFT_SOURCES, MAX_DRAFT, Completion, Engine, Event, load
-    from .sampling import SamplingParams
-    from .tree import TreeShape
+    from .speculation.sampling import SamplingParams
+    from .speculation.tree import TreeShape
 
 __version__ = "0.1.0"
 
@@ -89,11 +89,11 @@ def __getattr__(name: str) -> object:
 
         return getattr(engine, name)
     if name == "SamplingParams":
-        from .sampling import SamplingParams
+        from .speculation.sampling import SamplingParams
 
         return SamplingParams
     if name == "TreeShape":
-        from .tree import TreeShape
+        from .speculation.tree import TreeShape
 
         return TreeShape
     if name == "convert":

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _native as N
-from .costmodel import inconsistencies
+from . import native as N
+from .auto.costmodel import inconsistencies
 from .datasets import (
     Message,
     humaneval_instruction,

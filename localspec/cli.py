@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from . import __version__
-from .context_fit import OVERFLOW_POLICIES
 from .errors import InvalidParameterError, LocalspecError
+from .files.session_cache import DEFAULT_MAX_BYTES
 from .options import (
     DRAFT_SOURCES,
     KV_TYPES,
@@ -26,7 +26,7 @@ from .options import (
     check_source_shape,
     draft_mode,
 )
-from .session_cache import DEFAULT_MAX_BYTES
+from .text.context_fit import OVERFLOW_POLICIES
 
 TARGET_HELP = (
     "target GGUF, or a Hugging Face repo id: org/name (its Q4_K_M GGUF), org/name:QUANT or "
@@ -122,7 +122,7 @@ def _target(args: argparse.Namespace) -> str | None:
     id is fetched into the hub's cache, with a drafter published beside it."""
     if not args.target:
         return None
-    from .hub import resolve_target
+    from .files.hub import resolve_target
 
     return resolve_target(args.target, log=lambda m: print(f"localspec: {m}", file=sys.stderr))
 
@@ -181,7 +181,7 @@ def _n_draft(text: str) -> int | str:
 def _shape_args(args: argparse.Namespace) -> Any:
     """The fixed tree asked for (None: none), and -k/--n-draft resolved ("auto" when not
     given): both flags at once ask for two shapes, which is refused rather than guessed."""
-    from .tree import TreeShape
+    from . import TreeShape
 
     if args.tree and args.n_draft is not None:
         raise LocalspecError(
@@ -699,7 +699,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     require_torch("train")
 
-    from .discovery import default_target
+    from .files.discovery import default_target
     from .training import FeatureConfig, TrainConfig, data_folder, train
 
     # `kill` (and Ctrl-C, even in a background job) stops a run with its state saved
@@ -783,7 +783,7 @@ def _is_drafter(path: str) -> bool:
     try:
         import gguf
 
-        from .gguf_keys import EAGLE3_ARCH
+        from .files.gguf_keys import EAGLE3_ARCH
 
         field = gguf.GGUFReader(path).get_field("general.architecture")
         return field is not None and field.contents() == EAGLE3_ARCH
@@ -807,9 +807,8 @@ def _bench_drafters(paths: Sequence[str] | None, source: str) -> list[str]:
 def cmd_bench(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from . import bench
+    from . import TreeShape, bench
     from .engine import MAX_DRAFT, load
-    from .tree import TreeShape
 
     try:
         ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
@@ -981,8 +980,8 @@ def stdin_is_terminal() -> bool:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from .discovery import default_target
-    from .sampling import SamplingParams
+    from . import SamplingParams
+    from .files.discovery import default_target
 
     # check what can be checked before the full-screen app starts: one clear line on error
     cache_bytes = parse_size(args.session_cache_size)
@@ -1051,7 +1050,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .fileinfo import check_pairing, describe, format_info
+    from .files.fileinfo import check_pairing, describe, format_info
 
     data = describe(args.file)
     if args.target:

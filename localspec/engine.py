@@ -17,13 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _native as N
-from . import session_state
-from .chat_template import ChatFormatter
-from .clocks import cost_clock
-from .discovery import default_target, find_drafter
-from .drafter import Drafter
-from .drafter_spec import DrafterSpec
+from . import native as N
+from .auto.scheduler import Mode, Scheduler
 from .errors import (
     ContextFullError,
     GenerationError,
@@ -31,8 +26,8 @@ from .errors import (
     LocalspecError,
     SessionStateError,
 )
-from .generation import Event, FinishReason, Generation
-from .gguf_keys import RECURRENT_ARCHS
+from .files.discovery import default_target, find_drafter
+from .files.gguf_keys import RECURRENT_ARCHS
 from .options import (
     DRAFT_SOURCES,
     MAX_DRAFT,
@@ -52,15 +47,20 @@ from .options import (
     loads_drafter,
     no_drafter_note,
 )
-from .parts import Parts
-from .probe import Probe
-from .sampling import SamplingParams
-from .scheduler import Mode, Scheduler
-from .specstate import DraftRequest, SpecState
+from .runtime import session_state
+from .runtime.clocks import cost_clock
+from .runtime.drafter import Drafter
+from .runtime.drafter_spec import DrafterSpec
+from .runtime.parts import Parts
+from .runtime.target import Target
+from .speculation.generation import Event, FinishReason, Generation
+from .speculation.probe import Probe
+from .speculation.sampling import SamplingParams
+from .speculation.specstate import DraftRequest, SpecState
+from .speculation.tree import TreeShape
 from .stats import Stats
-from .target import Target
-from .textstream import decode_text
-from .tree import TreeShape
+from .text.chat_template import ChatFormatter
+from .text.textstream import decode_text
 
 __all__ = ["DRAFT_SOURCES", "MAX_DRAFT", "Completion", "Engine", "Event", "FinishReason", "load"]
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .parts import Parts
+from .runtime.parts import Parts
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -71,8 +71,8 @@ def draft_costs(engine: Engine, depth: int = 10, reps: int = 20) -> tuple[float,
     wall seconds of drafting a chain of ``depth`` as a step does it: the step's pair written,
     then every position picked and decoded). Their ratio is what the loop adds around the
     drafter's own work. Needs a drafter; the engine's caches are emptied afterwards."""
-    from . import _native as N
-    from .tree import TreeShape
+    from . import native as N
+    from .speculation.tree import TreeShape
 
     with hold(engine) as p:
         state, d, target = p.state, p.drafter, p.target

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .errors import InvalidParameterError, ModelFileError
-from .hardware import physical_cores
+from .native.hardware import physical_cores
 
 if TYPE_CHECKING:
-    from .tree import TreeShape
+    from .speculation.tree import TreeShape
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 QUANTIZED_KV = ("q8_0", "q4_0")  # the K and V caches take the same type
@@ -55,7 +55,7 @@ def check_n_draft(value: Any) -> NDraft:
 def check_tree(value: Any) -> TreeShape | None:
     """None, a TreeShape, "DEPTH,TOP_K,BUDGET" or (DEPTH, TOP_K, BUDGET) as a TreeShape."""
     # imported here: tree.py imports the model modules, which import this one
-    from .tree import MAX_TREE_NODES, TreeShape
+    from .speculation.tree import MAX_TREE_NODES, TreeShape
 
     if value is None or isinstance(value, TreeShape):
         return value
@@ -243,9 +243,9 @@ def draft_mode(
     (plain decoding where drafts were asked for). InvalidParameterError for what no engine
     can run (a fixed tree from the n-gram index, a tree larger than the engine holds)."""
     # imported here: scheduler.py imports the model modules, which import this one
-    from .drafttree import EAGLE, NGRAM
-    from .scheduler import Mode
-    from .tree import TreeShape as Shape
+    from .auto.scheduler import Mode
+    from .speculation.drafttree import EAGLE, NGRAM
+    from .speculation.tree import TreeShape as Shape
 
     fixed = k not in (0, "auto")  # auto and 0 ask for nothing a drafter must give
     asked = (

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from localspec.discovery import default_target
 from localspec.errors import LocalspecError
+from localspec.files.discovery import default_target
 from localspec.training.trainer import estimate_on
 
 

@@ -21,7 +21,7 @@ SELFGEN=${SELFGEN:-400000}       # positions of self-generated data for the comp
 EPOCHS=${EPOCHS:-4}              # passes over it per variant (grows: resumes); 4 x ~757k
                                  # labelled positions = the 3M the issue asks for
 VARIANTS=${VARIANTS:-"eagle3.1:kl eagle3:kl eagle3.1:lk"}
-TARGET=$(python -c "from localspec.discovery import default_target; print(default_target())")
+TARGET=$(python -c "from localspec.files.discovery import default_target; print(default_target())")
 TRAIN=(--batch-tokens 2048 --lr 6e-4 --ttt-steps 5 --eval-every 100 --eval-batches 16
        --eval-data "$RUNS/eval" --verifier HuggingFaceTB/SmolLM2-135M-Instruct)
 mkdir -p "$RUNS"

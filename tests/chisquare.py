@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from localspec.lowlevel import parts
-from localspec.sampling import SamplingParams, probs
+from localspec.speculation.sampling import SamplingParams, probs
 
 SP = {"temperature": 30.0, "top_k": 3}
 N_SAMPLES = 3000

@@ -13,8 +13,8 @@ import tinymodels as tm  # noqa: E402
 def _reference_model_params():  # type: ignore[no-untyped-def]
     """llama-cpp-python's own Llama, the tests' independent reference, loads models with
     llama.cpp's default parameters, which crash on some AMX CPUs; give it the extra-buffer
-    setting localspec itself uses (localspec.hardware.cpu_extra_buffers)."""
-    from localspec.hardware import cpu_extra_buffers
+    setting localspec itself uses (localspec.native.hardware.cpu_extra_buffers)."""
+    from localspec.native.hardware import cpu_extra_buffers
 
     params = _llama_model_default_params()
     params.use_extra_bufts = cpu_extra_buffers()
@@ -45,7 +45,7 @@ def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Calibrations count as made on a quiet machine (stored, never timed again): whether
     other programs beside the tests keep the CPU busy is not what a test checks; the tests of
     that judgement (test_costmodel_bursts) set the load they want."""
-    from localspec import calibration
+    from localspec.auto import calibration
 
     monkeypatch.setattr(calibration.OtherLoad, "cores", lambda self: 0.0)
     monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: False)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
-from localspec.hardware import cpu_extra_buffers
+from localspec.native.hardware import cpu_extra_buffers
 
 
 def _ggml_base() -> ctypes.CDLL:

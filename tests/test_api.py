@@ -50,7 +50,7 @@ def test_utf8_never_split(eng) -> None:
 
 def test_multibyte_characters_arrive_whole(agree) -> None:
     # tokens 0xC3 0xA9 ('é') split across two events must come out as one character
-    from localspec.textstream import TextStream
+    from localspec.text.textstream import TextStream
 
     ts = TextStream([])
     assert not ts.feed(b"\xc3")

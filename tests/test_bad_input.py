@@ -198,7 +198,7 @@ def test_contexts_smaller_than_the_batch_run(models) -> None:
 def test_a_bad_drafter_norm_fails_before_any_model_is_loaded(models, tmp_path, monkeypatch) -> None:
     """norm_output needs output_norm.weight in F32/F16: checked before llama.cpp loads the
     drafter, so nothing is left loaded (it leaked a model and context when checked after)."""
-    from localspec import drafter as drafter_mod
+    from localspec.runtime import drafter as drafter_mod
 
     ds = tm.DrafterShape(norm_output=True)
     t = tm.drafter_tensors(ds, 64)

@@ -11,7 +11,7 @@ import pytest
 
 from localspec import bench, load
 from localspec.cli import main
-from localspec.tree import TreeShape
+from localspec.speculation.tree import TreeShape
 
 import tinymodels as tm
 from conftest import EXACT

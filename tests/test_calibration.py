@@ -11,13 +11,13 @@ import sys
 import time
 
 import localspec
-from localspec import calibration
+from localspec.auto import calibration
 
 from conftest import EXACT
 
 CHILD = """
 import json, sys, localspec
-from localspec import calibration
+from localspec.auto import calibration
 calibration.OtherLoad.cores = lambda self: 0.0  # as conftest's _quiet_machine
 opts = json.loads(sys.argv[3])
 with localspec.load(sys.argv[1], draft=sys.argv[2], **opts) as eng:

@@ -1,4 +1,4 @@
-"""Conversations that never run out of context (localspec.context_fit), on a real tiny GGUF."""
+"""Conversations that never run out of context (localspec.text.context_fit), on a real tiny GGUF."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 import localspec
-from localspec.context_fit import (
+from localspec.errors import ContextFullError, InvalidParameterError
+from localspec.text.context_fit import (
     OVERFLOW_POLICIES,
     check_overflow_policy,
     context_use,
@@ -17,7 +18,6 @@ from localspec.context_fit import (
     reply_reserve,
     split_turns,
 )
-from localspec.errors import ContextFullError, InvalidParameterError
 
 N_CTX = 512
 SYSTEM = {"role": "system", "content": "You answer briefly."}

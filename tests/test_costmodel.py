@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec import costmodel as cm
-from localspec.calibration import SIZES
-from localspec.clocks import cost_clock
-from localspec.drafter import Drafter
+from localspec.auto import costmodel as cm
+from localspec.auto.calibration import SIZES
+from localspec.auto.scheduler import QUIET_STEPS
 from localspec.lowlevel import parts
-from localspec.scheduler import QUIET_STEPS
-from localspec.target import Target
+from localspec.runtime.clocks import cost_clock
+from localspec.runtime.drafter import Drafter
+from localspec.runtime.target import Target
 
 from conftest import EXACT
 from greedy import assert_greedy_lossless

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec import calibration, scheduler
-from localspec import costmodel as cm
+from localspec.auto import calibration, scheduler
+from localspec.auto import costmodel as cm
 from localspec.lowlevel import parts
 
 from conftest import EXACT

@@ -65,7 +65,7 @@ class Sample:
     line: int  # the opening fence, 1-based
     lang: str
     code: str
-    marker: str  # "" or the marker's text (e.g. "gpu", "excerpt localspec/step.py")
+    marker: str  # "" or the marker's text (e.g. "gpu", "excerpt localspec/speculation/step.py")
 
     @property
     def where(self) -> str:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec.drafter import Drafter
 from localspec.lowlevel import parts
+from localspec.runtime.drafter import Drafter
 
 import tinymodels as tm
 from conftest import EXACT

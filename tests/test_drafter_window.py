@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec import gguf_keys as K
-from localspec.drafter import Drafter
 from localspec.errors import InvalidParameterError, ModelFileError
-from localspec.fileinfo import describe, format_info
+from localspec.files import gguf_keys as K
+from localspec.files.fileinfo import describe, format_info
 from localspec.lowlevel import parts
+from localspec.runtime.drafter import Drafter
 
 import gguf_edit as ge
 import tinymodels as tm

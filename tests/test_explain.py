@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec import costmodel as cm
+from localspec.auto import costmodel as cm
 from localspec.lowlevel import parts
 
 from conftest import EXACT

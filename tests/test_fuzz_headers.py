@@ -4,7 +4,7 @@ Each mutated file is loaded in a subprocess (an abort would take the test runner
 ``localspec.load(target, draft=...)`` and one short completion. Every run must end in a normal
 completion or exactly one localspec error (exit code 1, one line, no traceback), never in a
 signal. Where the outcome is known, the error class and the key it names are checked too: the
-values llama.cpp (0.3.36) would abort on are refused by localspec/header_checks.py before
+values llama.cpp (0.3.36) would abort on are refused by localspec/native/header_checks.py before
 llama.cpp sees the file.
 """
 

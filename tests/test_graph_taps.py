@@ -9,8 +9,8 @@ import pytest
 import localspec
 from localspec.lowlevel import parts
 from localspec.options import RuntimeOptions
-from localspec.taps import GRAPH, STAGING
-from localspec.target import Target
+from localspec.runtime.taps import GRAPH, STAGING
+from localspec.runtime.target import Target
 
 import tinymodels as tm
 from conftest import EXACT

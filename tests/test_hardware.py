@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from localspec import hardware
+from localspec.native import hardware
 
 
 def _sysfs(tmp_path, siblings: dict[int, str]) -> str:
@@ -73,7 +73,7 @@ def test_physical_cores_agree_with_cpuinfo() -> None:
 def test_amx_cpus_run_without_llamas_extra_cpu_buffers(tmp_path, monkeypatch) -> None:
     """llama.cpp's AMX matrix multiply crashed the process on an AMX Xeon: extra buffer types
     are off where the CPU reports amx_int8, unless LOCALSPEC_CPU_EXTRA_BUFFERS says otherwise."""
-    from localspec import hardware
+    from localspec.native import hardware
 
     amx, plain = tmp_path / "amx", tmp_path / "plain"
     amx.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_int8 amx_tile\n")

@@ -1,4 +1,4 @@
-"""Targets by Hugging Face repo id (localspec.hub), against a fake hub cache in a temp folder:
+"""Targets by Hugging Face repo id (localspec.files.hub), against a fake hub cache in a temp folder:
 nothing here touches the network (HF_HUB_OFFLINE=1, or the hub's functions replaced)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 import localspec
 from localspec.errors import ModelFileError
-from localspec.hub import RepoSpec, choose_gguf, parse_repo_spec, resolve_target
+from localspec.files.hub import RepoSpec, choose_gguf, parse_repo_spec, resolve_target
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

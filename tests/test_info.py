@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from localspec.cli import main
-from localspec.fileinfo import describe, format_info
+from localspec.files.fileinfo import describe, format_info
 
 import tinymodels as tm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec import _native as N
+from localspec import native as N
 from localspec.errors import NativeLibraryError
 from localspec.lowlevel import parts
 
@@ -48,17 +48,21 @@ def test_every_staging_function_does_its_job(agree) -> None:
 
 
 def test_wrong_version_is_refused_with_the_required_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(N, "INSTALLED_LLAMA_CPP_PYTHON", "0.3.99")
+    from localspec.native import library
+
+    monkeypatch.setattr(library, "INSTALLED_LLAMA_CPP_PYTHON", "0.3.99")
     with pytest.raises(NativeLibraryError, match=r"llama-cpp-python==0\.3\.36"):
-        N._bind_staging()
+        library._bind_staging()
 
 
 def test_missing_symbol_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    bogus = dict(N._STAGING)
+    from localspec.native import library
+
+    bogus = dict(library._STAGING)
     bogus["nope"] = ("_Z4nopev", [], None)
-    monkeypatch.setattr(N, "_STAGING", bogus)
+    monkeypatch.setattr(library, "_STAGING", bogus)
     with pytest.raises(NativeLibraryError, match=r"_Z4nopev.*0\.3\.36"):
-        N._bind_staging()
+        library._bind_staging()
 
 
 def test_header_reader_matches_gguf_py(models: dict[str, str]) -> None:

@@ -1,5 +1,6 @@
-"""localspec.ngram against a brute-force reference: scan the whole stream for the longest
-earlier match, group its occurrences by the next token, and so on."""
+"""The n-gram index (localspec.speculation.sources.ngram_index) against a brute-force
+reference: scan the whole stream for the longest earlier match, group its occurrences by the
+next token, and so on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from collections.abc import Sequence
 import pytest
 
 from localspec.errors import InvalidParameterError
-from localspec.ngram import MAX_MATCH, SEPARATOR, Continuation, NGramIndex, SessionStore
+from localspec.speculation.sources.ngram_index import (
+    MAX_MATCH,
+    SEPARATOR,
+    Continuation,
+    NGramIndex,
+    SessionStore,
+)
 
 
 def reference(

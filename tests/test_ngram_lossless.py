@@ -11,13 +11,13 @@ import pytest
 from chisquare import SP, chi2_critical, chi2_of_samples, exact_distribution
 
 import localspec
-from localspec import step as step_mod
-from localspec.drafttree import EAGLE, NGRAM
+from localspec.auto.scheduler import Scheduler, StepPlan
+from localspec.auto.sourcechoice import MATCH_BUCKETS, NGramOffer
 from localspec.lowlevel import parts
-from localspec.scheduler import Scheduler, StepPlan
-from localspec.sourcechoice import MATCH_BUCKETS, NGramOffer
+from localspec.speculation import step as step_mod
+from localspec.speculation.drafttree import EAGLE, NGRAM
+from localspec.speculation.tree import TreeShape
 from localspec.stats import SourceStats
-from localspec.tree import TreeShape
 
 from conftest import EXACT
 from greedy import QUANT_MARGIN, assert_greedy_lossless

@@ -18,7 +18,7 @@ from localspec.options import (
     loads_drafter,
     no_drafter_note,
 )
-from localspec.tree import TreeShape
+from localspec.speculation.tree import TreeShape
 
 CLI = Spelling("-k {}", "--tree {0.depth},{0.top_k},{0.budget}", "--draft-source {}", "-k",
                "--no-draft")  # fmt: skip

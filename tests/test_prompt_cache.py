@@ -170,7 +170,7 @@ def test_stopped_failed_and_full_calls_leave_a_usable_cache(pair, models) -> Non
 
 def test_a_failed_step_empties_the_caches(pair, monkeypatch) -> None:
     from localspec.errors import GenerationError
-    from localspec.target import Target
+    from localspec.runtime.target import Target
 
     warm, _ = pair
     warm.reset()

@@ -21,24 +21,26 @@ FRONT_ENDS = sorted(
     ]
 )
 # the engine's insides: what the scripting API wraps (benchmarks and tools reach them through
-# localspec.lowlevel)
-INTERNAL = {
-    "lowlevel",
-    "_native",
-    "target",
-    "drafter",
-    "drafter_spec",
-    "scheduler",
-    "costmodel",
-    "calibration",
-    "generation",
-    "speculative",
-    "taps",
-    "textstream",
-    "ggufdata",
-    "clocks",
-    "chat_template",
-}
+# localspec.lowlevel): whole subpackages, and the inner modules of the rooms front-ends may use
+INTERNAL = (
+    "localspec.lowlevel",
+    "localspec.native",
+    "localspec.runtime",
+    "localspec.speculation",
+    "localspec.auto",
+    "localspec.text.textstream",
+    "localspec.text.chat_template",
+    "localspec.files.ggufdata",
+    "localspec._native",  # the paths before the subpackages
+    "localspec.scheduler",
+    "localspec.generation",
+)
+
+
+def internal(mod: str) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in INTERNAL)
+
+
 # names under which the front-ends hold an engine
 ENGINE_NAMES = {"eng", "engine", "_eng", "_engine", "_loaded"}
 
@@ -86,19 +88,17 @@ def test_front_end_uses_only_the_public_api(path: str) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             mod = module_of(node, path)
-            parts = mod.split(".")
-            names = [a.name for a in node.names]
-            if parts[0] == "localspec" and len(parts) > 1 and parts[1] in INTERNAL:
+            if internal(mod):
                 problems.append(f"line {node.lineno}: imports {mod}")
-            if mod == "localspec":
+            else:  # a module taken from its package: from localspec.text import textstream
                 problems += [
-                    f"line {node.lineno}: imports localspec.{n}" for n in names if n in INTERNAL
+                    f"line {node.lineno}: imports {mod}.{a.name}"
+                    for a in node.names
+                    if internal(f"{mod}.{a.name}")
                 ]
         elif isinstance(node, ast.Import):
             problems += [
-                f"line {node.lineno}: imports {a.name}"
-                for a in node.names
-                if a.name.startswith("localspec.") and a.name.split(".")[1] in INTERNAL
+                f"line {node.lineno}: imports {a.name}" for a in node.names if internal(a.name)
             ]
         elif isinstance(node, ast.Attribute):
             owner = node.value
@@ -115,9 +115,10 @@ def test_the_check_sees_what_it_must_refuse(tmp_path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
         "from localspec.lowlevel import parts\n"
-        "from localspec._native import Batch\n"
-        "from localspec import generation\n"
-        "import localspec.scheduler\n"
+        "from localspec.native import Batch\n"
+        "from localspec.speculation import generation\n"
+        "import localspec.auto.scheduler\n"
+        "from localspec.text import chat_template\n"
         "def f(eng, self):\n"
         "    eng.target.clear()\n"
         "    self.engine._drafter\n"
@@ -129,9 +130,10 @@ def test_the_check_sees_what_it_must_refuse(tmp_path) -> None:
     msg = str(err.value)
     for want in (
         "imports localspec.lowlevel",
-        "imports localspec._native",
-        "imports localspec.scheduler",
-        "imports localspec.generation",
+        "imports localspec.native",
+        "imports localspec.auto.scheduler",
+        "imports localspec.speculation",
+        "imports localspec.text.chat_template",
         "engine attribute .target",
         "private attribute ._drafter",
         "private attribute ._private",
@@ -195,3 +197,25 @@ def test_deprecated_generate_and_iterating_a_chat_completion_still_work(agree) -
         assert events[-1].finish_reason == reply.finish_reason
     with pytest.warns(DeprecationWarning):
         assert list(localspec.Completion("", [], [], "length")) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [
+        ("localspec.hub", "localspec.files.hub", "resolve_target"),
+        ("localspec.context_fit", "localspec.text.context_fit", "fit_messages"),
+        ("localspec.header_checks", "localspec.native.header_checks", "check_header"),
+        ("localspec.discovery", "localspec.files.discovery", "default_target"),
+    ],
+)
+def test_module_paths_the_docs_named_keep_working_with_a_warning(
+    old: str, new: str, name: str
+) -> None:
+    import importlib
+
+    shim, moved = importlib.import_module(old), importlib.import_module(new)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        got = getattr(shim, name)
+    assert got is getattr(moved, name)
+    with pytest.raises(AttributeError), pytest.warns(DeprecationWarning):
+        shim.no_such_name  # noqa: B018

@@ -10,13 +10,20 @@ import os
 import pytest
 
 import localspec
-from localspec import costmodel as cm
-from localspec.calibration import Calibration
-from localspec.drafttree import EAGLE, NGRAM
+from localspec.auto import costmodel as cm
+from localspec.auto.calibration import Calibration
+from localspec.auto.scheduler import (
+    QUIET_STEPS,
+    SLEEP_AFTER,
+    WAKE_AFTER,
+    Mode,
+    Scheduler,
+    StepCosts,
+)
+from localspec.auto.sourcechoice import NGramOffer
 from localspec.lowlevel import parts
-from localspec.scheduler import QUIET_STEPS, SLEEP_AFTER, WAKE_AFTER, Mode, Scheduler, StepCosts
-from localspec.sourcechoice import NGramOffer
-from localspec.tree import TreeShape
+from localspec.speculation.drafttree import EAGLE, NGRAM
+from localspec.speculation.tree import TreeShape
 
 import tinymodels as tm
 from conftest import EXACT

@@ -8,8 +8,8 @@ import numpy as np
 from chisquare import chi2_critical, chi2_of_samples, exact_distribution
 
 import localspec
-from localspec import verify
-from localspec.sampling import SamplingParams, probs
+from localspec.speculation import verify
+from localspec.speculation.sampling import SamplingParams, probs
 
 from conftest import EXACT
 
@@ -59,7 +59,7 @@ def test_tree_sampling_matches_target_distribution(noisy_pair) -> None:
 def test_the_check_catches_a_biased_tree_walk(noisy_pair, monkeypatch) -> None:
     """Negative control: descending into the first child whatever the target draws is not
     lossless, and the test says so."""
-    from localspec import step as step_mod
+    from localspec.speculation import step as step_mod
 
     walk = step_mod.walk
 

@@ -1391,7 +1391,7 @@ def small(agree) -> Iterator[localspec.Engine]:
 
 
 def test_rolling_answers_a_conversation_longer_than_the_context(small) -> None:
-    from localspec.context_fit import count_tokens, fit_messages
+    from localspec.text.context_fit import count_tokens, fit_messages
 
     msgs = long_chat(30)
     assert count_tokens(small, msgs) > 3 * SMALL_CTX

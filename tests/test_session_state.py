@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec import session_state
+from localspec.files.session_cache import SessionCache
 from localspec.lowlevel import hold, parts
-from localspec.session_cache import SessionCache
+from localspec.runtime import session_state
 
 import tinymodels as tm
 from conftest import EXACT

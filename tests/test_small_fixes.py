@@ -15,7 +15,7 @@ import pytest
 import localspec
 from localspec.bench import load_prompt_set
 from localspec.cli import main
-from localspec.textstream import TextStream, decode_text
+from localspec.text.textstream import TextStream, decode_text
 
 import tinymodels as tm
 

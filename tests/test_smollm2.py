@@ -7,9 +7,9 @@ import os
 import pytest
 
 import localspec
-from localspec import discovery
+from localspec.files import discovery
 from localspec.lowlevel import parts
-from localspec.specstate import RESTART_AFTER
+from localspec.speculation.specstate import RESTART_AFTER
 
 import tinymodels as tm
 from greedy import QUANT_MARGIN, assert_greedy_lossless, replay_plain_greedy

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec import costmodel as cm
-from localspec.costmodel import Plan
-from localspec.drafttree import NGRAM
-from localspec.scheduler import Mode, Scheduler
-from localspec.sourcechoice import (
+from localspec.auto import costmodel as cm
+from localspec.auto.costmodel import Plan
+from localspec.auto.scheduler import Mode, Scheduler
+from localspec.auto.sourcechoice import (
     ALT_LEN,
     MATCH_BUCKETS,
     Choice,
@@ -22,7 +21,8 @@ from localspec.sourcechoice import (
     SourceChoice,
     bucket,
 )
-from localspec.tree import TreeShape
+from localspec.speculation.drafttree import NGRAM
+from localspec.speculation.tree import TreeShape
 
 from conftest import EXACT
 from greedy import assert_greedy_lossless

@@ -38,7 +38,7 @@ def _hf_verifier(target: str, folder: str) -> str:
     config, embeddings, head and final norm): what a user passes as --verifier, offline."""
     from safetensors.numpy import save_file
 
-    from localspec.ggufdata import read_tensors
+    from localspec.files.ggufdata import read_tensors
     from localspec.training.trainer import target_info
 
     i = target_info(target)

@@ -27,11 +27,11 @@ from localspec.converters.checkpoint import load_tensors, read_config  # noqa: E
 from localspec.converters.convert import convert  # noqa: E402
 from localspec.converters.formats import canonical_name, parse_config  # noqa: E402
 from localspec.converters.reference import TorchEagle3  # noqa: E402
-from localspec.drafter_spec import DrafterSpec  # noqa: E402
 from localspec.errors import CheckpointError, InvalidParameterError, LocalspecError  # noqa: E402
 from localspec.lowlevel import parts  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
-from localspec.target import Target  # noqa: E402
+from localspec.runtime.drafter_spec import DrafterSpec  # noqa: E402
+from localspec.runtime.target import Target  # noqa: E402
 from localspec.training import FeatureConfig, TrainConfig, train  # noqa: E402
 from localspec.training import model as model_mod  # noqa: E402
 from localspec.training.features import load_sequences  # noqa: E402

@@ -383,7 +383,7 @@ def test_generated_data_reaches_max_tokens_when_replies_end_early(
     """Each reply in flight reserves a full --max-new of the budget; one that ends early (an
     end-of-generation token) gives back what it did not use, so the data reaches
     --max-tokens instead of stopping short by every early end."""
-    from localspec import _native as N
+    from localspec import native as N
 
     _, target, data = train_pair
     real = N.NativeModel.eog_mask

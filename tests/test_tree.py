@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec.eagle_source import _top
+from localspec.auto.scheduler import Mode
 from localspec.errors import InvalidParameterError
-from localspec.generation import Generation
 from localspec.lowlevel import parts
-from localspec.sampling import SamplingParams
-from localspec.scheduler import Mode
-from localspec.specstate import DraftRequest
-from localspec.tree import TreeShape
+from localspec.speculation.generation import Generation
+from localspec.speculation.sampling import SamplingParams
+from localspec.speculation.sources.eagle import _top
+from localspec.speculation.specstate import DraftRequest
+from localspec.speculation.tree import TreeShape
 
 import tinymodels as tm
 from conftest import EXACT
@@ -305,7 +305,7 @@ def test_each_tree_nodes_drafter_row_is_its_lone_paths(engines) -> None:
     sequence left holding another node's ancestors would show here; afterwards every frontier
     sequence is empty, and the first level's sequences, empty before, were not dropped again
     (llama.cpp's sequence calls scan the whole cache)."""
-    from localspec.eagle_source import _draft_tree
+    from localspec.speculation.sources.eagle import _draft_tree
 
     eng = engines["eagle3.1"]  # norm_output: the fed-back state is normalised too
     d = parts(eng).drafter
@@ -348,7 +348,7 @@ def test_no_feedback_state_is_made_for_a_position_nothing_decodes(engines, monke
     """A chain of k makes k - 1 feedback states (flush's and those of the first k - 2 chain
     steps: the last step's state would feed no position); a tree D deep makes states for
     the frontiers of levels 1..D-2 only. The drafts are as before (every test above)."""
-    from localspec.eagle_source import _draft_tree
+    from localspec.speculation.sources.eagle import _draft_tree
 
     eng = engines["eagle3.1"]  # norm_output: the feedback is a norm, worth skipping
     d = parts(eng).drafter

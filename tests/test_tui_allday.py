@@ -10,7 +10,7 @@ import os
 from test_tui import SIZE, make_app, notes, open_latest, ready, rendered, replies, say
 from textual.widgets import Markdown, OptionList
 
-from localspec.context_fit import count_tokens
+from localspec.text.context_fit import count_tokens
 from localspec.tui.app import ChatOptions, LocalspecApp
 from localspec.tui.store import ChatStore, Turn
 from localspec.tui.widgets.context_gauge import ContextGauge

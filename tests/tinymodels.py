@@ -606,7 +606,7 @@ def random_drafter_for(
     a head per 64 columns (the eagle3 graph needs hidden = heads x head size), default taps
     (2, L/2, L-3). It borrows the target's embeddings and head. Never accepted, so it serves
     losslessness checks and cost measurements, not speed."""
-    from localspec._native import GGUFHeader
+    from localspec.native import GGUFHeader
 
     h = GGUFHeader(target_path)
     n_embd, n_layer = int(h.arch_key("embedding_length")), int(h.arch_key("block_count"))

@@ -20,8 +20,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..context_fit import check_overflow_policy, fit_messages
 from ..engine import Engine
+from ..text.context_fit import check_overflow_policy, fit_messages
 from .errors import APIError, internal_error
 from .protocol import (
     ChatCompletionRequest,
@@ -345,7 +345,7 @@ def create_app(
     the largest request body in bytes; model_id: the served id (default: the target's file
     name); context_overflow: "rolling" drops a chat's oldest turns when the conversation and
     a reserve for the reply would not fit the context, "stop" sends it as it is (see
-    localspec.context_fit); metrics: serve Prometheus metrics at /metrics (needs
+    localspec.text.context_fit); metrics: serve Prometheus metrics at /metrics (needs
     prometheus-client; behind the API key when one is set). Each request is logged on the
     ``localspec.server`` logger (see localspec.server.requestlog)."""
     if max_queue < 0:

@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import _native as N
-from ..chat_template import ChatFormatter
+from .. import native as N
 from ..datasets import Record, Unusable, usable
 from ..errors import InvalidParameterError, LocalspecError
-from ..sampling import SamplingParams
-from ..target import Target
-from ..verify import pick
+from ..runtime.target import Target
+from ..speculation.sampling import SamplingParams
+from ..speculation.verify import pick
+from ..text.chat_template import ChatFormatter
 from .files import atomic_save
 
 MANIFEST = "manifest.json"

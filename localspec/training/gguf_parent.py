@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import gguf_keys as K
 from ..converters.convert import unpermute_qk
 from ..converters.eagle3_gguf import target_record
 from ..converters.formats import LAYER_PREFIXES, TENSOR_MAP
-from ..drafter_spec import DrafterSpec
 from ..errors import LocalspecError
-from ..ggufdata import read_tensor
+from ..files import gguf_keys as K
+from ..files.ggufdata import read_tensor
+from ..runtime.drafter_spec import DrafterSpec
 
 
 def is_gguf(path: str) -> bool:

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _native as N
+from .. import native as N
 from ..datasets import Record
 from ..errors import InvalidParameterError, LocalspecError
-from ..ggufdata import read_tensors
+from ..files.ggufdata import read_tensors
 from .averaging import EMA_KEY, WeightAverage, exported_weights
 from .features import (
     DataReport,
@@ -222,7 +222,7 @@ def build_features(
 ) -> Manifest:
     """Write the features of `items` to `folder` (resuming it); its manifest holds the counts."""
     from ..options import RuntimeOptions
-    from ..target import Target
+    from ..runtime.target import Target
 
     n_batch = max(512, fcfg.n_parallel)
     # generating: a KV stream per sequence. The data's own text: one shared stream that holds

@@ -1,0 +1,454 @@
+"""Choosing each step's drafts: plain decoding, a fixed chain or tree, or auto's choice among
+the sources (costmodel.CostModel prices EAGLE shapes, sourcechoice.SourceChoice weighs them
+against n-gram drafts and merged trees). A pure policy: it decides from what it is told (the
+limits left, the n-gram offer, measured costs and outcomes) and never touches a model; the
+generation loop carries out its plans on the SpecState."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from ..speculation.drafttree import EAGLE, NGRAM
+from ..speculation.tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
+from .calibration import Calibration, OtherLoad
+from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan, Verdict
+from .sourcechoice import MAX_NGRAM_DEPTH, Choice, NGramOffer, SourceChoice
+
+WAKE_AFTER = 256  # tokens a dormant drafter sleeps at least before a probe may wake it
+SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps at the latest
+SLEEP_MIN = 4  # ... and before which it never does (its history is lost when it sleeps)
+# why auto's drafter sleeps: no drafting pays even on optimistic acceptance; other sources win;
+# the call's options leave it out (no EAGLE source or no drafter)
+HOPELESS, IDLE, OPTIONS = "hopeless", "idle", "options"
+EXPLORE_SHARE = 0.005  # of auto's plain decoding time, what probing a useless drafter may cost
+# a drafter asleep because nothing paid wakes at once when its mean estimates, over at least
+# this many first-position drafts (faded), expect this much more than plain decoding
+WAKE_EVIDENCE, WAKE_MARGIN = 16.0, 1.1
+# ... once some plain steps were measured since it fell asleep (plain decoding's estimate, a
+# low quantile of recent ones, follows them once they outnumber the old ones three to one),
+# and not within a few tokens of the call's end (waking pays two switches of the taps)
+WAKE_REMEASURED, WAKE_MIN_BUDGET = 4, 8
+QUIET_STEPS = 16  # plain steps a sleeping drafter's plan is reused for, unplanned
+QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
+RETIME_AFTER_S = 60.0  # a calibration timed on a busy machine: how often to look for quiet
+RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each noisy one)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a call asked for: plain decoding, a fixed chain or tree, or auto; and from which
+    sources it may draft."""
+
+    kind: Literal["plain", "chain", "tree", "auto"]
+    shape: TreeShape | None = None  # the fixed chain or tree
+    sources: frozenset[str] = field(default_factory=lambda: frozenset({EAGLE}))
+
+    def __str__(self) -> str:
+        if self.shape is not None:
+            return f"ngram {self.shape}" if self.sources == {NGRAM} else str(self.shape)
+        if self.kind == "auto" and self.sources != {EAGLE, NGRAM}:
+            return f"auto ({', '.join(sorted(self.sources))})"
+        return self.kind
+
+    @property
+    def drafts(self) -> bool:
+        return self.kind != "plain"
+
+    @property
+    def feeds_drafter(self) -> bool:
+        return self.drafts and EAGLE in self.sources
+
+    @property
+    def rejection_sampling(self) -> bool:
+        """Fixed EAGLE chains sample by rejection sampling (it accepts more; the text for a
+        seed then depends on K); trees, even top-1 ones, n-gram drafts and auto accept by the
+        target's own position-keyed draws, so their text for a seed never depends on the
+        shapes run."""
+        return self.kind == "chain" and EAGLE in self.sources
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    eagle: TreeShape | None = None  # the EAGLE drafter's shape (None: it does not draft)
+    ngram: int = 0  # n-gram tokens of the main continuation (0: none)
+    ngram_alts: int = 0  # alternative n-gram branches
+    choice: Choice | None = None  # auto: what the cost model expects of this step
+    wake: bool = False  # feed the drafter again from this step (taps on, its cache restarts)
+    sleep: bool = False  # stop feeding the drafter (taps off): no EAGLE drafting can pay
+    quiet: bool = False  # auto, its drafter asleep: a plain step that needed no planning
+    learn: bool = True  # the cost model learns from this step's costs
+
+    @property
+    def label(self) -> str:
+        if self.choice is not None:
+            return self.choice.label if (self.eagle or self.ngram) else "plain"
+        if self.ngram:
+            return "ngram"
+        return "plain" if self.eagle is None else str(self.eagle)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """What a step cost on the cost clock, per phase (Probe spans)."""
+
+    verify: float
+    flush: float
+    draft: float
+    lookup: float  # the n-gram lookup (every step that may draft n-grams pays it)
+    build: float  # building the n-gram draft into the step's tree
+    feed: float
+    glue: float  # the rest of the step
+
+
+class Scheduler:
+    """Per step, the drafts to run within the limits left (tokens, context, batch capacity)."""
+
+    def __init__(self, *, has_drafter: bool, max_tree: int, max_top_k: int) -> None:
+        """max_tree: the most nodes a tree may verify (0: chains only); max_top_k: the widest
+        frontier the drafter's batch holds."""
+        self.has_drafter = has_drafter
+        self.max_tree = max_tree
+        self.max_top_k = max_top_k
+        self.cost: CostModel | None = None  # from calibration, on the first auto call
+        # time the machine again at the first auto call instead of using the stored
+        # calibration (the engine's recalibrate option, per drafter: each has its own)
+        self.recalibrate = False
+        self.choice: SourceChoice | None = None
+        self.mode = Mode("plain")
+        self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays
+        self._asleep_for: str | None = None  # why it is (HOPELESS, IDLE or OPTIONS)
+        self._since_sleep = WAKE_AFTER  # auto's tokens since the drafter was put to sleep
+        self._eagle_idle = 0  # auto's steps in a row without an EAGLE draft while it was fed
+        self._idle_tax = 0.0  # what staying fed cost over those steps (the ready tax each)
+        # a probe's round trip, from waking the drafter to putting it to sleep again: its cost
+        # beyond plain decoding so far (None: not in one), and the last one's in full
+        self._cycle: float | None = None
+        self._cycle_steps = 0
+        self._last_cycle = 0.0
+        # auto with nothing to draft from: plain steps left before the next plan, and the plan
+        self._quiet = 0
+        self._quiet_plans = (StepPlan(), StepPlan())  # (learning from its costs, not)
+        self._plain_at_sleep = 0  # unfed plain steps measured when the drafter fell asleep
+        # the calibration in use was timed on a busy machine: other programs' CPU use since,
+        # to time it again when the machine is quiet (None: it was quiet)
+        self._noisy: OtherLoad | None = None
+        self._noisy_at = 0.0
+        self._retime_after = RETIME_AFTER_S  # doubled after each timing that was noisy too
+        self.retime = False  # the next calibration times the machine again (it is quiet now)
+
+    # --- calling ----------------------------------------------------------------------------
+
+    def calibration_needed(self, mode: Mode, recalibrate: bool, *, look: bool = True) -> bool:
+        """Whether an auto call must time the machine first: no calibration yet, one asked
+        for, or the one in use was timed on a busy machine and the machine is quiet now
+        (look: check that, at most every RETIME_AFTER_S)."""
+        if mode.kind != "auto":
+            return False
+        if self.cost is None or recalibrate or self.retime:
+            return True
+        if not look or self._noisy is None:
+            return False
+        if time.monotonic() - self._noisy_at < self._retime_after:
+            return False
+        self._noisy_at = time.monotonic()
+        # quiet since the last look: time it again (if that one is noisy too, look less often)
+        if self._noisy.busy() is False:
+            self._retime_after = min(2 * self._retime_after, RETIME_LATEST_S)
+            self.retime = True  # measured anew, not read back from the disk
+            return True
+        return False
+
+    def calibration_request(self, n_batch: int) -> tuple[int, tuple[int, ...]]:
+        """(the largest verify batch to time, the drafter's frontier widths to time)."""
+        rows = max(self.max_tree, MAX_DEPTH, MAX_NGRAM_DEPTH) + 1
+        widths = tuple(k for k in TOP_KS if k == 1 or k <= self.max_top_k)
+        return min(n_batch, rows), widths if self.has_drafter else ()
+
+    def calibrated(self, cal: Calibration) -> None:
+        """Price steps from this calibration. What was learnt of acceptance is kept when the
+        machine is timed again; one timed on a busy machine is timed again once it is quiet
+        (where the kernel tells other programs' CPU use)."""
+        old, old_choice = self.cost, self.choice
+        self.retime = False
+        self.cost = cal.cost_model(self.max_tree)
+        self.choice = SourceChoice(self.cost, max_nodes=max(self.max_tree, 1))
+        if old is not None and old_choice is not None:
+            self.cost.acceptance = old.acceptance
+            self.cost.hopeless = old.hopeless
+            self.choice.ngram = old_choice.ngram
+            self._plain_at_sleep = self.cost.plain[False].n  # counts restart with the model
+        self._noisy = None if cal.quiet else OtherLoad(cal.threads)
+        self._noisy_at = time.monotonic()
+        if cal.quiet:
+            self._retime_after = RETIME_AFTER_S
+        if old is None:
+            # the first search now: where no draft can pay on this machine even on optimistic
+            # acceptance, the first call starts with the drafter asleep (unfed: no prompt fed
+            # to it, no switch of the taps after its first step)
+            self.cost.plan(MAX_DEPTH)
+
+    def start(self, mode: Mode) -> None:
+        """Begin a call. Auto starts with the drafter unfed where no EAGLE drafting can pay,
+        and a drafter auto put to sleep stays asleep from call to call until a probe is due
+        (waking it at every call would pay two switches of the taps and a probe per call).
+        Fixed modes leave auto's state alone."""
+        self.mode = mode
+        self._quiet = 0
+        if self.cost is not None:
+            self.cost.new_call()
+        if mode.kind != "auto":
+            return
+        if EAGLE not in mode.sources or not self.has_drafter:
+            self.dormant, self._asleep_for = True, OPTIONS
+        elif self.dormant and self._asleep_for != OPTIONS:
+            pass  # asleep by auto's own judgement: it sleeps on until a draft is due
+        elif self.cost is not None and self.cost.hopeless:
+            # asleep from the call's start: a probe is due WAKE_AFTER tokens from now at
+            # the earliest, as for a drafter put to sleep by a step
+            self.dormant, self._asleep_for = True, HOPELESS
+            self._since_sleep = 0
+            self._plain_at_sleep = self.cost.plain[False].n
+        else:
+            self.dormant, self._asleep_for = False, None
+
+    @property
+    def feeds_drafter(self) -> bool:
+        """Whether the call starts with the drafter fed."""
+        if not (self.has_drafter and self.mode.feeds_drafter):
+            return False
+        return self.mode.kind != "auto" or not self.dormant
+
+    @property
+    def wants_ngram(self) -> bool:
+        return self.mode.drafts and NGRAM in self.mode.sources
+
+    @property
+    def ngram_max(self) -> int:
+        """The longest n-gram continuation worth looking up."""
+        if self.mode.kind == "auto" or self.mode.shape is None:
+            return MAX_NGRAM_DEPTH
+        return self.mode.shape.depth
+
+    # --- planning ----------------------------------------------------------------------------
+
+    def plan(self, budget: int, free_cells: int, offer: NGramOffer | None) -> StepPlan:
+        """budget: draft depth allowed (tokens and positions left); free_cells: KV cells a tree
+        may still occupy; offer: what the n-gram index proposes (None: nothing)."""
+        mode = self.mode
+        if not mode.drafts or budget < 1:
+            return StepPlan()
+        if mode.kind == "auto":
+            if self._quiet > 0:
+                self._quiet -= 1
+                assert self.cost is not None
+                self.cost.skip()
+                return self._quiet_plans[bool(self._quiet % QUIET_SAMPLE)]
+            plan = self._auto(budget, free_cells, offer)
+            if self._may_rest(plan):
+                self._quiet = QUIET_STEPS - 1
+                self._quiet_plans = (
+                    replace(plan, quiet=True),
+                    replace(plan, quiet=True, learn=False),
+                )
+            return plan
+        assert mode.shape is not None
+        if NGRAM in mode.sources:  # a fixed n-gram chain, when the index has a match
+            n = min(mode.shape.depth, budget, offer.length if offer else 0)
+            return StepPlan(ngram=n)
+        if not self.has_drafter:
+            return StepPlan()
+        return StepPlan(self._fit(mode.shape.clipped(budget), budget, free_cells))
+
+    def _auto(self, budget: int, free_cells: int, offer: NGramOffer | None) -> StepPlan:
+        assert self.cost is not None and self.choice is not None
+        eagle = Plan(None, 1.0, self.cost.step_time(None))
+        if self.has_drafter and EAGLE in self.mode.sources:
+            eagle = self.cost.plan(budget, fed=not self.dormant)
+            room = min(budget, max(free_cells - 1, 0))
+            if self.dormant and eagle.shape is not None and self._wakes(eagle, offer, room):
+                self.dormant, self._asleep_for = False, None  # taps on: this step's first pair
+                self._cycle, self._cycle_steps = 0.0, 0
+                return self._ngram_only(budget, free_cells, offer, wake=True)
+            if not self.dormant and eagle.shape is None and self.cost.hopeless:
+                self.dormant, self._asleep_for = True, HOPELESS
+                self._since_sleep = 0
+                self._plain_at_sleep = self.cost.plain[False].n
+                return self._ngram_only(budget, free_cells, offer, sleep=True)
+            if self.dormant:
+                eagle = Plan(None, 1.0, self.cost.step_time(None))
+        if NGRAM not in self.mode.sources:
+            offer = None
+        c = self.choice.choose(eagle, offer, min(budget, max(free_cells - 1, 0)))
+        shape = self._fit(c.eagle.shape, budget, free_cells - c.ngram) if c.eagle.shape else None
+        # a drafter kept fed while other sources win costs the ready tax every step: once
+        # that adds up to what sleeping and waking again costs (rent, then buy), or after
+        # SLEEP_AFTER steps at the latest, it sleeps (the cost model's probes wake it later)
+        if shape is not None or self.dormant:
+            self._eagle_idle, self._idle_tax = 0, 0.0
+        else:
+            self._eagle_idle += 1
+            self._idle_tax += self.cost.ready_tax
+        paid = self._idle_tax > 0 and self._idle_tax >= self.cost.rewake_cost()
+        tired = (paid and self._eagle_idle >= SLEEP_MIN) or self._eagle_idle >= SLEEP_AFTER
+        if tired and self.has_drafter and not self.dormant:
+            self.dormant, self._asleep_for = True, IDLE
+            self._since_sleep = 0
+            self._plain_at_sleep = self.cost.plain[False].n
+            self._eagle_idle, self._idle_tax = 0, 0.0
+            return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
+        return StepPlan(shape, c.ngram, c.ngram_alts, c)
+
+    def _may_rest(self, plan: StepPlan) -> bool:
+        """Whether the next steps may repeat this plain plan unplanned: the drafter sleeps
+        because nothing paid (or is left out) and no n-gram index is consulted, so only a probe
+        coming due or re-measured plain costs can change the plan, and neither minds a few
+        steps' delay (a probe waits WAKE_AFTER tokens at least). Planning and learning cost
+        tens of microseconds a step, a share of a GPU's plain step that auto with a useless
+        drafter must not pay."""
+        return (
+            self.dormant
+            and self._asleep_for in (HOPELESS, OPTIONS)
+            and NGRAM not in self.mode.sources
+            and plan.eagle is None
+            and not (plan.ngram or plan.wake or plan.sleep)
+        )
+
+    def _wakes(self, eagle: Plan, offer: NGramOffer | None, budget: int) -> bool:
+        """Whether a dormant drafter is woken for this plan. Put to sleep because other
+        sources won, it wakes when the EAGLE plan would win this step. Put to sleep because
+        nothing paid, it wakes as soon as its mean estimates, backed by evidence of its own
+        (not the prior's), say drafting pays by WAKE_MARGIN, once the plain steps it slept
+        through re-measured what plain decoding costs (WAKE_REMEASURED) and unless the call
+        is about to end: a drafter sent to sleep by a cost estimate hit by noise is not kept
+        asleep for hundreds of tokens. Otherwise (a probe on the optimistic bound)
+        it waits until the plain steps since it fell asleep cover a probe's round trip
+        (_wake_after): asleep, it gathers no evidence, so its estimates only drift back
+        towards the prior as the old evidence fades, and a moving cost estimate must not flip
+        it on and off (the margin is the hysteresis)."""
+        assert self.cost is not None and self.choice is not None
+        if self._asleep_for == IDLE and not eagle.explore:
+            if NGRAM not in self.mode.sources:
+                offer = None
+            return self.choice.choose(eagle, offer, budget).eagle.shape is not None
+        plain = Plan(None, 1.0, self.cost.step_time(None))
+        if (
+            not eagle.explore
+            and budget >= WAKE_MIN_BUDGET
+            and self.cost.plain[False].n - self._plain_at_sleep >= WAKE_REMEASURED
+            and self.cost.acceptance.counts[0].sum() >= WAKE_EVIDENCE
+            and eagle.tokens_per_s >= WAKE_MARGIN * plain.tokens_per_s
+        ):
+            return True
+        return self._since_sleep >= self._wake_after(eagle)
+
+    def _wake_after(self, probe: Plan) -> float:
+        """Tokens a dormant drafter sleeps before this probe may wake it: WAKE_AFTER, or more
+        where waking (two switches, the fed wake step) and the probe's extra time would cost
+        more than EXPLORE_SHARE of plain decoding over that many tokens."""
+        assert self.cost is not None
+        plain = self.cost.step_time(None)
+        cycle = self.cost.rewake_cost() + max(probe.seconds - plain, 0.0)
+        cycle = max(cycle, self._last_cycle)  # what the last round trip cost, measured
+        return max(WAKE_AFTER, cycle / (EXPLORE_SHARE * plain))
+
+    def _ngram_only(
+        self, budget: int, free_cells: int, offer: NGramOffer | None, **flags: bool
+    ) -> StepPlan:
+        assert self.cost is not None and self.choice is not None
+        plain = Plan(None, 1.0, self.cost.step_time(None))
+        if NGRAM not in self.mode.sources:
+            offer = None
+        c = self.choice.choose(plain, offer, min(budget, max(free_cells - 1, 0)))
+        return StepPlan(None, c.ngram, c.ngram_alts, c, **flags)
+
+    def _fit(self, shape: TreeShape | None, budget: int, free_cells: int) -> TreeShape | None:
+        """A tree that does not fit the caches' room falls back to the chain of its depth."""
+        if shape is None or shape.is_chain:
+            return shape
+        if (
+            shape.budget > min(free_cells - 1, self.max_tree)
+            or (shape.depth - 1) * shape.top_k >= free_cells  # the drafter mirrors the target
+            or shape.top_k > self.max_top_k
+        ):
+            d = min(shape.depth, budget)
+            return TreeShape(d, 1, d)
+        return shape
+
+    def explain(self) -> Verdict | None:
+        """Auto's reason for what it runs now (None for fixed modes or before a plan)."""
+        if self.mode.kind != "auto" or self.cost is None:
+            return None
+        eagle = self.has_drafter and EAGLE in self.mode.sources
+        v = self.cost.explain(eagle=eagle)
+        if v is None or self.choice is None:
+            return v
+        return v.with_sources(
+            eagle=eagle,
+            ngram=self.choice.describe() if NGRAM in self.mode.sources else "",
+        )
+
+    # --- learning ----------------------------------------------------------------------------
+
+    def observe(
+        self,
+        plan: StepPlan,
+        offer: NGramOffer | None,
+        *,
+        verify_rows: int,
+        ranks: list[tuple[int, int]],
+        ngram_accepted: int,
+        alt_hit: bool,
+        costs: StepCosts,
+        emitted: int,
+    ) -> None:
+        """Teach auto what the step cost and what was accepted."""
+        if plan.choice is None or self.cost is None or self.choice is None:
+            return
+        self._since_sleep += emitted  # auto's own tokens: its probes cost a share of them
+        if not plan.learn:  # most quiet steps: only the evidence fades with the tokens
+            self.cost.acceptance.advance(emitted)
+            self.choice.ngram.advance(emitted)
+            return
+        if self._cycle is not None:
+            spent = costs.verify + costs.flush + costs.draft + costs.lookup + costs.build
+            spent += costs.feed + costs.glue
+            self._cycle += spent - emitted * self.cost.step_time(None)
+            self._cycle_steps += 1
+            if plan.sleep:
+                self._last_cycle, self._cycle = max(self._cycle, 0.0), None
+            elif self._cycle_steps >= SLEEP_AFTER:
+                self._cycle = None  # it stayed awake: drafting pays again, not a round trip
+        # EAGLE costs and ranks, and the verify curve (the cost model owns both)
+        self.cost.observe(
+            plan.eagle,
+            fed=not self.dormant,
+            switched=plan.wake or plan.sleep,
+            verify_rows=verify_rows,
+            t_verify=costs.verify,
+            t_flush=costs.flush,
+            t_draft=costs.flush + costs.draft,
+            # plain steps' glue is the bar drafting must beat: n-gram steps do not set it
+            t_glue=None if plan.ngram else costs.glue + costs.feed,
+            ranks=ranks,
+            emitted=emitted,
+        )
+        self.choice.observe(
+            offer if plan.ngram else None,
+            plan.ngram,
+            ngram_accepted,
+            plan.ngram_alts,
+            alt_hit,
+            t_build=costs.build if plan.ngram else None,
+            t_glue=costs.glue + costs.feed if plan.ngram else None,
+            emitted=emitted,
+        )
+
+    @staticmethod
+    def capacity(n_batch: int, draft_batch: int) -> tuple[int, int]:
+        """(the most tree nodes one verify batch holds, the widest frontier the drafter's batch
+        holds: two banks of top_k sequences plus the committed prefix's)."""
+        max_tree = max(0, min(MAX_TREE_NODES, n_batch - 2))
+        max_top_k = min(MAX_TOP_K, (min(draft_batch, n_batch) - 1) // 2)
+        return max_tree, max_top_k

@@ -1,0 +1,162 @@
+"""What a GGUF file is: a target, a drafter, its sizes, taps, EAGLE-3.1 flags and pairing.
+
+Reads only the header (ggml's C reader), so it is instant even for large models.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import gguf
+
+from .. import native as N
+from ..runtime.drafter_spec import DrafterSpec
+from ..runtime.taps import GRAPH, NONE, STAGING, route_for
+from . import gguf_keys as K
+
+
+def _type_name(ggml_type: int) -> str:
+    try:
+        return gguf.GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"type{ggml_type}"
+
+
+def _file_type_name(ft: Any) -> str | None:
+    if not isinstance(ft, int):
+        return None
+    try:
+        return gguf.LlamaFileType(ft).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return str(ft)
+
+
+def describe(path: str) -> dict[str, Any]:
+    """A JSON-ready description of a GGUF target or eagle3 drafter."""
+    h = N.GGUFHeader(path)
+    arch = h.architecture or "unknown"
+    types = collections.Counter(_type_name(t.ggml_type) for t in h.tensors.values())
+    n_params = sum(_numel(t.shape) for t in h.tensors.values())
+    info: dict[str, Any] = {
+        "path": path,
+        "kind": "drafter" if arch == K.EAGLE3_ARCH else "target",
+        "architecture": arch,
+        "name": h.kv.get("general.name"),
+        "file_size": h.file_size,
+        "parameters": n_params,
+        "file_type": _file_type_name(h.kv.get("general.file_type")),
+        "tensor_types": dict(types.most_common()),
+        "context_length": h.arch_key("context_length"),
+        "block_count": h.arch_key("block_count"),
+        "embedding_length": h.arch_key("embedding_length"),
+        "feed_forward_length": h.arch_key("feed_forward_length"),
+        "head_count": h.arch_key("attention.head_count"),
+        "head_count_kv": h.arch_key("attention.head_count_kv"),
+        "vocab_size": h.kv_len.get("tokenizer.ggml.tokens"),
+        "tokenizer": h.kv.get("tokenizer.ggml.model"),
+        "chat_template": "tokenizer.chat_template" in h.kv,
+    }
+    if arch == K.EAGLE3_ARCH:
+        spec = DrafterSpec(path)
+        info["drafter"] = {
+            "variant": spec.variant,
+            "taps": list(spec.taps),
+            "target_hidden_size": spec.target_hidden,
+            "fc_norm": spec.fc_norm,
+            "norm_output": spec.norm_output,
+            "norm_before_fc": spec.norm_before_fc,
+            "norm_before_residual": spec.norm_before_residual,
+            "draft_vocab": spec.draft_vocab,
+            "attention_window": spec.attention_window,
+            "own_token_embd": spec.has_token_embd,
+            "own_output": spec.has_output,
+            "made_for": {k: v for k, v in spec.target_record.items() if v is not None} or None,
+        }
+    else:
+        info["taps_via"] = route_for(arch)
+    return info
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+TAPS_VIA = {
+    STAGING: "through llama.cpp's staging API (its graph records layer inputs)",
+    GRAPH: "through the graph's eval callback (layer outputs l_out-<il>; checked at load)",
+    NONE: "not supported: recurrent or hybrid layers cannot be rolled back after a rejection",
+}
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """The human-readable form `localspec info` prints."""
+    mib = info["file_size"] / 2**20
+    lines = [
+        f"{info['path']}",
+        f"  kind          {info['kind']} ({info['architecture']})"
+        + (f", {info['name']}" if info.get("name") else ""),
+        f"  size          {mib:.1f} MiB, {info['parameters'] / 1e6:.2f} M parameters",
+        "  quantization  "
+        + (f"{info['file_type']}; " if info.get("file_type") else "")
+        + ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items()),
+        f"  shape         {info['block_count']} layer(s), hidden {info['embedding_length']}, "
+        f"ffn {info['feed_forward_length']}, heads {info['head_count']}/{info['head_count_kv']} "
+        f"(q/kv), context {info['context_length']}",
+        f"  vocabulary    {info['vocab_size']} tokens ({info['tokenizer']}), chat template: "
+        + ("yes" if info["chat_template"] else "no"),
+    ]
+    d = info.get("drafter")
+    if d is None:
+        lines.append(f"  EAGLE-3 taps  {TAPS_VIA[info['taps_via']]}")
+        return "\n".join(lines)
+    flags = [
+        f for f in ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual") if d[f]
+    ]
+    lines += [
+        f"  variant       {d['variant']}" + (f" ({', '.join(flags)})" if flags else ""),
+        f"  taps          inputs of target layers {d['taps']} "
+        f"(target hidden {d['target_hidden_size']})",
+        "  draft vocab   "
+        + (f"{d['draft_vocab']} tokens (d2t)" if d["draft_vocab"] else "the target's, no d2t"),
+        "  embeddings    "
+        + ("own" if d["own_token_embd"] else "borrowed from the target")
+        + ", output head "
+        + ("own" if d["own_output"] else "borrowed from the target"),
+        "  attends over  "
+        + (
+            f"its last {d['attention_window']} pairs (the window it was trained over)"
+            if d["attention_window"]
+            else "the whole history"
+        ),
+    ]
+    m = d["made_for"]
+    if m:
+        fp = str(m.get("vocab_fingerprint", ""))[:12]
+        lines.append(
+            f"  made for      {m.get('architecture')} target, {m.get('block_count')} layers, "
+            f"hidden {m.get('embedding_length')}, {m.get('vocab_size')} tokens (vocab {fp}...)"
+        )
+    else:
+        lines.append("  made for      not recorded (checked by tokenizer when paired)")
+    return "\n".join(lines)
+
+
+def check_pairing(drafter_path: str, target_path: str) -> str | None:
+    """None when the drafter pairs with the target, else the reason it does not."""
+    from ..errors import LocalspecError
+    from ..options import RuntimeOptions
+    from ..runtime.target import Target
+
+    spec = DrafterSpec(drafter_path)
+    target = Target(target_path, RuntimeOptions(n_ctx=256, n_batch=32, n_threads=1))
+    try:
+        spec.check_pair(target)
+    except LocalspecError as exc:
+        return str(exc)
+    finally:
+        target.close()
+    return None

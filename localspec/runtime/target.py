@@ -1,0 +1,405 @@
+"""The target model in its llama.cpp context: decoding, its taps, and what its KV cache holds.
+
+The cache bookkeeping lives here: ``tokens`` is the token at every position of sequence 0 (the
+committed history that later calls can reuse), draft trees are verified in extra sequences,
+and cells of rejected tree nodes are parked in a gap sequence so that cell order stays the
+order plain decoding would have (see ``commit_tree``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import native as N
+from ..errors import ContextFullError, SessionStateError, UnsupportedModelError
+from ..native.header_checks import check_header
+from ..options import RuntimeOptions
+from .taps import GRAPH, STAGING, CallbackTaps, StagingTaps, input_node, route_for
+
+
+@dataclass
+class TargetState:
+    """A copy of what the target's cache holds (a session file's part)."""
+
+    tokens: list[int]  # the history: the token at each position of sequence 0
+    gaps: list[int]  # the position of each cell parked in the gap sequence
+    memory: np.ndarray  # llama.cpp's bytes for the cells of every sequence (uint8)
+
+
+class Target:
+    """Owns the target model and its context; decodes batches and exposes logits and taps."""
+
+    def __init__(
+        self,
+        path: str,
+        rt: RuntimeOptions,
+        *,
+        n_seq: int = 1,
+        tree_nodes: int = 0,
+        tap_route: str | None = None,
+        unified_kv: bool = False,
+    ) -> None:
+        """n_seq > 1: independent sequences, each in its own KV stream (training data);
+        tree_nodes > 0: draft trees of up to that many nodes can be verified; tap_route: force
+        taps.GRAPH on an architecture the staging API serves too (to compare the two);
+        unified_kv: the sequences share one KV stream, so rows of several fill one ubatch
+        (a prefill of many short texts)."""
+        rt = rt.checked()
+        self.path = path
+        self.header = N.GGUFHeader(path)
+        self.architecture = self.header.architecture or "unknown"
+        # an EAGLE-3 drafter given as the target, or header values that would make llama.cpp
+        # abort the process: refused before llama.cpp reads the file
+        check_header(self.header, "target")
+        self.model = N.NativeModel(path, n_gpu_layers=rt.n_gpu_layers)
+        # n_ctx 0 takes the trained context_length: only a default, so a mistyped or absurd
+        # one falls back to 4096 instead of failing the load
+        trained_ctx = self.header.arch_key("context_length")
+        if not isinstance(trained_ctx, int) or not 0 < trained_ctx <= 1 << 24:  # n_ctx's limit
+            trained_ctx = 0
+        # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
+        self.gap_seq = tree_nodes + 1
+        self.tap_route = tap_route or route_for(self.architecture)
+        asked = rt.n_ctx or trained_ctx or 4096
+        self._ctx_args: dict[str, Any] = {
+            "n_ctx": asked,
+            "n_batch": rt.n_batch,
+            "n_threads": rt.threads,
+            "kv_type": rt.kv_type,
+            "flash_attn": rt.flash_attn,
+            "n_seq_max": max(n_seq, self.gap_seq + 1 if tree_nodes else 1),
+            # parallel sequences get a KV stream each, so attention stays per sequence (a
+            # draft tree needs one unified stream, a sequence id per leaf); the graph callback
+            # needs one stream too: with several, llama.cpp reorders rows by sequence
+            "kv_unified": unified_kv or n_seq == 1 or self.tap_route == GRAPH,
+        }
+        try:
+            self.ctx = N.NativeContext(self.model, **self._ctx_args)
+        except BaseException:
+            self.model.close()
+            raise
+        # the context as asked: llama.cpp allocates at least 256 cells, in steps of 256
+        # (NativeContext), but no call runs past the size asked for (the cells past it only
+        # serve batches that are not kept: calibration's timings)
+        self.cells = self.ctx.n_ctx
+        self.n_ctx = min(self.cells, asked)
+        self.n_batch = self.ctx.n_batch  # at most cells
+        self.n_vocab = self.model.n_vocab
+        self.n_embd = self.model.n_embd
+        self.n_layer = self.model.n_layer
+        self.tree_nodes = tree_nodes
+        self.taps: tuple[int, ...] = ()
+        self._tap_source: StagingTaps | CallbackTaps | None = None
+        self._census: set[bytes] | None = None  # graph node names (graph callback route)
+        self._batch = N.Batch(self.n_batch)
+        self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
+        self._fingerprint: str | None = None
+        self.tokens: list[int] = []  # the token at each position of sequence 0
+        self._gaps: list[int] = []  # positions of cells parked in the gap sequence
+        self._tree: tuple[list[list[int]], list[int]] | None = None  # last verified tree
+
+    # --- taps --------------------------------------------------------------------------------
+
+    def check_tappable(self, layers: tuple[int, ...] = ()) -> None:
+        """Refuse, before anything native could abort, a target whose hidden states cannot
+        feed a drafter: recurrent or hybrid memory (its state cannot be cut back after
+        rejected drafts), taps outside its layers, or a graph that does not name them."""
+        if self.model.recurrent:
+            raise UnsupportedModelError(
+                f"target architecture '{self.architecture}' has recurrent (state-space) layers: "
+                "their state cannot be rolled back after rejected drafts, so it cannot be "
+                "speculated on (it still runs with draft=False)"
+            )
+        for lid in layers:
+            if not 0 <= lid < self.n_layer:
+                raise UnsupportedModelError(
+                    f"tap layer {lid} is outside the target's layers 0..{self.n_layer - 1}"
+                )
+        if self.tap_route == GRAPH:
+            census = self._graph_census()
+            missing = [lid for lid in layers if input_node(lid, census) is None]
+            if missing or not any(n.startswith(b"l_out-") for n in census):
+                raise UnsupportedModelError(
+                    f"the llama.cpp graph of '{self.architecture}' names no output for the "
+                    f"layers before {missing or 'any tap'} (no l_out-<il> nodes), so the "
+                    "input of those layers cannot be tapped"
+                )
+
+    def _graph_census(self) -> set[bytes]:
+        """The names of the graph's nodes, from one probe decode (on a context re-created with
+        the eval callback, which only a context's creation can install)."""
+        if self._census is None:
+            if self.ctx.graph_taps is None:
+                graph = N.GraphTaps(self.n_batch, self.n_embd)
+                self.ctx.close()
+                self.ctx = N.NativeContext(self.model, graph_taps=graph, **self._ctx_args)
+            assert self.ctx.graph_taps is not None
+            census: set[bytes] = set()
+            self.ctx.graph_taps.census = census
+            self.ctx.set_eval_callback(True)
+            try:
+                self.clear()
+                self.decode([max(self.model.bos, 0)], all_logits=False)
+            finally:
+                self.ctx.graph_taps.census = None
+                self.ctx.set_eval_callback(False)  # installed again while taps are on
+                self.clear()
+            self._census = census
+        return self._census
+
+    def enable_taps(self, layer_ids: tuple[int, ...]) -> None:
+        """Keep the input of these layers for every decoded token (checked: no native abort).
+        Called again with other layers (another drafter), the previous layers stop being kept
+        first: llama.cpp would otherwise go on copying them out at every decode."""
+        self.check_tappable(layer_ids)
+        self.set_taps_active(False)
+        self.taps = tuple(layer_ids)
+        if self.tap_route == STAGING:
+            self._tap_source = StagingTaps(self.ctx, self.taps)
+        else:
+            assert self.ctx.graph_taps is not None and self._census is not None
+            nodes = [input_node(lid, self._census) for lid in self.taps]
+            self._tap_source = CallbackTaps(self.ctx, [n for n in nodes if n])
+        self.set_taps_active(True)
+
+    def set_taps_active(self, active: bool) -> None:
+        """Switch tap extraction on or off (off for plain decoding, so A/B runs are fair)."""
+        if self._tap_source is not None and active != self._tap_source.active:
+            self._tap_source.set_active(active)
+
+    @property
+    def taps_active(self) -> bool:
+        return self._tap_source is not None and self._tap_source.active
+
+    def read_taps(self, n_rows: int) -> np.ndarray:
+        """Concatenated taps [n_rows, len(taps) * n_embd] of the last decode (a copy)."""
+        assert self._tap_source is not None, "enable_taps first"
+        out = np.empty((n_rows, len(self.taps) * self.n_embd), dtype=np.float32)
+        self._tap_source.read(n_rows, out)
+        return out
+
+    # --- decoding the history ------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """Positions held in the cache (the next token is decoded at position n)."""
+        return len(self.tokens)
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool) -> np.ndarray:
+        """Decode tokens (at most n_batch) after the history; return a view of the logits: one
+        row per token with all_logits, else only the last row (valid until the next decode)."""
+        n = len(tokens)
+        if self.n + n > self.cells:  # calls stop at n_ctx themselves; calibration uses all
+            raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
+        b = self._batch
+        b.token[:n] = tokens
+        b.set(n, self.n, all_logits=all_logits)
+        self.ctx.decode(b, "target batch")
+        self.tokens.extend(int(t) for t in tokens)
+        return self.ctx.logits(n if all_logits else 1)
+
+    def prefill(self, tokens: Sequence[int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Decode a prompt tail in n_batch chunks; the last row's logits (a view) and, when taps
+        are on, every row's taps."""
+        taps = []
+        logits = None
+        for a in range(0, len(tokens), self.n_batch):
+            chunk = tokens[a : a + self.n_batch]
+            logits = self.decode(chunk, all_logits=False)
+            if self.taps_active:
+                taps.append(self.read_taps(len(chunk)))
+        assert logits is not None, "prefill of no tokens"
+        return logits[0], (np.concatenate(taps) if taps else None)
+
+    def keep(self, n: int) -> None:
+        """Forget every position >= n (of the history and of parked gap cells)."""
+        if n < self.n or any(p >= n for p in self._gaps):
+            self.ctx.seq_rm(n)
+            if self._gaps:
+                self.ctx.seq_rm(n, -1, self.gap_seq)
+        del self.tokens[n:]
+        self._gaps = [p for p in self._gaps if p < n]
+
+    def clear(self) -> None:
+        self.ctx.clear()
+        self.tokens.clear()
+        self._gaps.clear()
+
+    def reusable(self, tokens: Sequence[int]) -> int:
+        """How many leading positions of the cache a prompt of these tokens can keep: the
+        common prefix, less at least the last token (its logits must be computed). A recurrent
+        state holds only its last position: all of it or nothing."""
+        limit = min(self.n, len(tokens) - 1)
+        i = 0
+        while i < limit and self.tokens[i] == tokens[i]:
+            i += 1
+        return 0 if self.model.recurrent and i < self.n else i
+
+    # --- saved sessions ------------------------------------------------------------------------
+
+    def capture(self) -> TargetState:
+        """A copy of the cache, between steps (no tree sequences are live then). llama.cpp's
+        state of every sequence, not of sequence 0 alone: its per-sequence copy leaves out the
+        cells a sliding window masks (Gemma 3), which a cache cut back to an earlier position
+        needs; and it keeps the parked gap cells, so a restored cache rounds as this one."""
+        return TargetState(list(self.tokens), list(self._gaps), self.ctx.state_get())
+
+    def restore(self, state: TargetState) -> None:
+        """Make the cache hold a captured state; SessionStateError, with the cache empty, for
+        one that does not fit this target or that llama.cpp refuses."""
+        self.clear()
+        n = len(state.tokens)
+        if n > self.n_ctx or any(not 0 <= t < self.n_vocab for t in state.tokens):
+            raise SessionStateError(f"its history does not fit this target ({n} tokens)")
+        # one entry per parked cell (siblings share a position); they may lie past the history
+        # (a rejected node deeper than the accepted path) until the next call cuts them
+        gaps = state.gaps
+        if any(not 0 <= p < self.n_ctx for p in gaps):
+            raise SessionStateError("its parked cells lie outside the context")
+        if gaps and not self.tree_nodes:
+            raise SessionStateError("it parks tree cells, which this target never verifies")
+        if not self.ctx.state_set(state.memory):
+            detail = N.last_errors() or "no detail"
+            self.clear()
+            raise SessionStateError(f"llama.cpp refused the target's saved state ({detail})")
+        # the cells llama.cpp restored must agree with the history and the parked positions
+        if self.ctx.seq_pos_max() != n - 1 or (
+            self.tree_nodes and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
+        ):
+            self.clear()
+            raise SessionStateError("the target's saved cells disagree with its history")
+        self.tokens = list(state.tokens)
+        self._gaps = list(state.gaps)
+
+    # --- draft trees ---------------------------------------------------------------------------
+
+    @property
+    def gap_cells(self) -> int:
+        return len(self._gaps)
+
+    def room(self, cells: int) -> int:
+        """Free cells for a draft tree, releasing the parked gap cells when fewer than `cells`
+        remain (later tokens may then round differently from plain decoding, rather than
+        stopping early)."""
+        free = self.n_ctx - self.n - len(self._gaps)
+        if self._gaps and free < cells:
+            self.ctx.seq_drop(self.gap_seq)
+            self._gaps.clear()
+            free = self.n_ctx - self.n
+        return free
+
+    def verify_tree(
+        self, root: int, tokens: list[int], depths: list[int], parents: list[int]
+    ) -> np.ndarray:
+        """Decode the chosen-but-undecoded root token and a draft tree after the history, each
+        node at position n + depth, in one batch; logits of every row (root first)."""
+        b = self._tree_batch
+        n = len(tokens) + 1
+        if b is None or n > b.capacity:
+            raise ValueError(f"tree of {n} rows exceeds this target's tree capacity")
+        pos = np.array([self.n] + [self.n + d for d in depths], dtype=np.int32)
+        if int(pos.max()) >= self.n_ctx:
+            raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
+        leaves, seqs = leaf_sequences(parents)
+        for s in range(1, len(leaves) + 1):
+            self.ctx.seq_cp(0, s, 0, self.n)  # each leaf's sequence sees the whole history
+        b.token[:n] = [root, *tokens]
+        b.set_tree(pos, seqs)
+        self.ctx.decode(b, "target tree batch")
+        self._tree = (seqs, depths)
+        return self.ctx.logits(n)
+
+    def commit_tree(self, root: int, path: list[int], tokens: list[int]) -> None:
+        """Keep the root and the accepted path (node indices, root to deepest) of the last
+        verified tree as history; free the rest.
+
+        Rejected nodes whose cells lie between accepted ones stay occupied, parked in the gap
+        sequence (masked for the history) until the cache is cut below them: freed, later tokens
+        would land in them and attention would sum the cache in another order than plain
+        decoding does, which with an f16 cache moves logits by ~0.1 and flips near-ties. Rows
+        map to consecutive cells."""
+        assert self._tree is not None, "commit_tree without verify_tree"
+        seqs, depths = self._tree
+        n, m = self.n, len(path)
+        keep_seq = seqs[path[-1] + 1][0] if path else seqs[0][0]
+        self.ctx.seq_rm(n + m + 1, -1, keep_seq)
+        self.ctx.seq_cp(keep_seq, 0, n, n + m + 1)
+        on_path = set(path)
+        for i in range(path[-1] if path else -1):
+            if i not in on_path:
+                p = n + depths[i]
+                self.ctx.seq_cp(seqs[i + 1][0], self.gap_seq, p, p + 1)
+                self._gaps.append(p)
+        for s in range(1, len(seqs[0]) + 1):
+            self.ctx.seq_drop(s)
+        self.tokens.append(root)
+        self.tokens.extend(tokens[i] for i in path)
+        self._tree = None
+
+    # --- independent sequences (training data) -------------------------------------------------
+
+    def decode_rows(
+        self,
+        tokens: Sequence[int],
+        pos: np.ndarray,
+        seqs: np.ndarray,
+        outputs: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Decode rows of independent sequences (not the history); the logits of every row,
+        or of the rows `outputs` marks (in row order). Taps cover every row either way."""
+        b = self._batch
+        n = len(tokens)
+        b.token[:n] = tokens
+        b.set_rows(pos, seqs, logits=True if outputs is None else outputs)
+        self.ctx.decode(b, "target batch (parallel sequences)")
+        n_out = n if outputs is None else int(np.count_nonzero(outputs))
+        if n_out == 0:  # llama.cpp has no logits buffer to point at then
+            return np.empty((0, self.n_vocab), np.float32)
+        return self.ctx.logits(n_out)
+
+    def forget_sequence(self, seq: int) -> None:
+        self.ctx.seq_drop(seq)
+
+    # --- vocabulary --------------------------------------------------------------------------
+
+    @property
+    def vocab_fingerprint(self) -> str:
+        """sha256 over every token text: two models with equal fingerprints tokenize alike."""
+        if self._fingerprint is None:
+            self._fingerprint = vocab_fingerprint(self.model.vocab_texts())
+        return self._fingerprint
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+def leaf_sequences(parents: list[int]) -> tuple[list[int], list[list[int]]]:
+    """One KV sequence per leaf (ids 1..L): the leaves, and for each verify row (0: the root,
+    i+1: node i) the sequences of all leaves below it."""
+    has_child = [False] * len(parents)
+    for p in parents:
+        if p >= 0:
+            has_child[p] = True
+    leaves = [i for i in range(len(parents)) if not has_child[i]]
+    seqs: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for s, leaf in enumerate(leaves, start=1):
+        node = leaf
+        while node >= 0:
+            seqs[node + 1].append(s)
+            node = parents[node]
+        seqs[0].append(s)
+    return leaves, seqs
+
+
+def vocab_fingerprint(texts: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(len(t).to_bytes(4, "little"))
+        h.update(t)
+    return h.hexdigest()

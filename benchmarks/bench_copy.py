@@ -562,6 +562,7 @@ def main() -> int:
     ap.add_argument("--lookup-tokens", type=int, default=10, help="prompt lookup: num_pred_tokens")
     ap.add_argument("--lookup-ngram", type=int, default=2, help="prompt lookup: max_ngram_size")
     ap.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python prompt lookup")
+    ap.add_argument("--no-ngram", action="store_true", help="skip localspec's n-gram-only setting")
     ap.add_argument("--llama-server", metavar="PATH", help="llama-server binary (adds its rows)")
     ap.add_argument("--spec-type", default="ngram-mod", help="llama-server --spec-type")
     ap.add_argument(
@@ -607,7 +608,8 @@ def main() -> int:
             notes.append(f"localspec auto/ngram/eagle settings skipped: {why}")
             print(f"!! {notes[-1]}", file=sys.stderr)
         else:
-            sources = ["auto", "ngram"] + (["eagle"] if args.draft else [])
+            sources = ["auto"] + ([] if args.no_ngram else ["ngram"])
+            sources += ["eagle"] if args.draft else []
             for src in sources:
                 gen = {"draft_source": src}
                 settings.append(Setting(src, "localspec", localspec_answer(spec_eng, gen)))

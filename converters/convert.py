@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import gguf
 import numpy as np
 
 from localspec import native as N
@@ -257,7 +258,7 @@ def convert(
         )
     n_layer = int(th.arch_key("block_count") or 0)
     t_hidden = int(th.arch_key("embedding_length") or 0)
-    t_vocab = int(th.kv_len.get("tokenizer.ggml.tokens", 0))
+    t_vocab = int(th.kv_len.get(gguf.Keys.Tokenizer.LIST, 0))
     out = out or drafter_path_for(target)
     if os.path.exists(out) and not force:
         raise InvalidParameterError(f"{out} exists; pass --force to overwrite it")

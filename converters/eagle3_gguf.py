@@ -56,7 +56,7 @@ class TargetRecord:
 
 def target_record(target_path: str) -> TargetRecord:
     h = N.GGUFHeader(target_path, max_str_array=1 << 30)
-    tokens = h.kv.get("tokenizer.ggml.tokens")
+    tokens = h.kv.get(gguf.Keys.Tokenizer.LIST)
     if not isinstance(tokens, list):
         raise ModelFileError(f"{target_path} has no tokenizer.ggml.tokens")
     return TargetRecord(

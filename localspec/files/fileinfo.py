@@ -42,10 +42,10 @@ def describe(path: str) -> dict[str, Any]:
         "path": path,
         "kind": "drafter" if arch == K.EAGLE3_ARCH else "target",
         "architecture": arch,
-        "name": h.kv.get("general.name"),
+        "name": h.kv.get(gguf.Keys.General.NAME),
         "file_size": h.file_size,
         "parameters": n_params,
-        "file_type": _file_type_name(h.kv.get("general.file_type")),
+        "file_type": _file_type_name(h.kv.get(gguf.Keys.General.FILE_TYPE)),
         "tensor_types": dict(types.most_common()),
         "context_length": h.arch_key("context_length"),
         "block_count": h.arch_key("block_count"),
@@ -53,9 +53,9 @@ def describe(path: str) -> dict[str, Any]:
         "feed_forward_length": h.arch_key("feed_forward_length"),
         "head_count": h.arch_key("attention.head_count"),
         "head_count_kv": h.arch_key("attention.head_count_kv"),
-        "vocab_size": h.kv_len.get("tokenizer.ggml.tokens"),
-        "tokenizer": h.kv.get("tokenizer.ggml.model"),
-        "chat_template": "tokenizer.chat_template" in h.kv,
+        "vocab_size": h.kv_len.get(gguf.Keys.Tokenizer.LIST),
+        "tokenizer": h.kv.get(gguf.Keys.Tokenizer.MODEL),
+        "chat_template": gguf.Keys.Tokenizer.CHAT_TEMPLATE in h.kv,
     }
     if arch == K.EAGLE3_ARCH:
         spec = DrafterSpec(path)

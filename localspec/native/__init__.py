@@ -12,30 +12,57 @@ message naming the llama-cpp-python version this code was written against. Above
 the code works with numpy arrays and Python objects only.
 """
 
-from .gguf_header import GGUFHeader, GGUFTensorInfo, gguf_string_array
-from .graph_taps import GraphTaps
-from .library import (
-    CHATML_CHAT_TEMPLATE,
-    INSTALLED_LLAMA_CPP_PYTHON,
-    REQUIRED_LLAMA_CPP_PYTHON,
-    clear_log,
-    float_rows,
-    gpu_offload_supported,
-    last_errors,
-)
-from .model import Batch, NativeContext, NativeModel
-from .quantize import quantize_model
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .gguf_header import GGUFHeader, GGUFTensorInfo, gguf_string_array
+    from .graph_taps import GraphTaps
+    from .library import (
+        CHATML_CHAT_TEMPLATE,
+        INSTALLED_LLAMA_CPP_PYTHON,
+        REQUIRED_LLAMA_CPP_PYTHON,
+        clear_log,
+        float_rows,
+        gpu_offload_supported,
+        last_errors,
+    )
+    from .model import Batch, NativeContext, NativeModel
+    from .quantize import quantize_model
+
+# name -> the module that defines it, imported on first use: ``hardware`` and
+# ``header_checks``' constants must not load libllama (options.py and `import localspec` stay
+# cheap, and a missing llama-cpp-python surfaces as NativeLibraryError where it is used)
+_HOME = {
+    "GGUFHeader": "gguf_header",
+    "GGUFTensorInfo": "gguf_header",
+    "gguf_string_array": "gguf_header",
+    "GraphTaps": "graph_taps",
+    "CHATML_CHAT_TEMPLATE": "library",
+    "INSTALLED_LLAMA_CPP_PYTHON": "library",
+    "REQUIRED_LLAMA_CPP_PYTHON": "library",
+    "clear_log": "library",
+    "float_rows": "library",
+    "gpu_offload_supported": "library",
+    "last_errors": "library",
+    "Batch": "model",
+    "NativeContext": "model",
+    "NativeModel": "model",
+    "quantize_model": "quantize",
+}
 
 __all__ = [
-    "CHATML_CHAT_TEMPLATE",
-    "INSTALLED_LLAMA_CPP_PYTHON",
-    "REQUIRED_LLAMA_CPP_PYTHON",
     "Batch",
+    "CHATML_CHAT_TEMPLATE",
     "GGUFHeader",
     "GGUFTensorInfo",
     "GraphTaps",
+    "INSTALLED_LLAMA_CPP_PYTHON",
     "NativeContext",
     "NativeModel",
+    "REQUIRED_LLAMA_CPP_PYTHON",
     "clear_log",
     "float_rows",
     "gguf_string_array",
@@ -43,3 +70,15 @@ __all__ = [
     "last_errors",
     "quantize_model",
 ]
+assert set(__all__) == set(_HOME)
+
+
+def __getattr__(name: str) -> object:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

@@ -7,6 +7,7 @@ import ctypes
 import os
 from typing import Any
 
+import gguf
 import numpy as np
 
 from ..errors import ModelFileError
@@ -43,20 +44,21 @@ _g_data_offset = _bind_c("gguf_get_data_offset", [_vp], ctypes.c_size_t)
 _g_find_key = _bind_c("gguf_find_key", [_vp, ctypes.c_char_p], ctypes.c_int64)
 
 # gguf_type -> numpy dtype for scalar and numeric array values
+_V = gguf.GGUFValueType
 _GGUF_NUMPY = {
-    0: np.uint8,
-    1: np.int8,
-    2: np.uint16,
-    3: np.int16,
-    4: np.uint32,
-    5: np.int32,
-    6: np.float32,
-    7: np.bool_,
-    10: np.uint64,
-    11: np.int64,
-    12: np.float64,
+    _V.UINT8: np.uint8,
+    _V.INT8: np.int8,
+    _V.UINT16: np.uint16,
+    _V.INT16: np.int16,
+    _V.UINT32: np.uint32,
+    _V.INT32: np.int32,
+    _V.FLOAT32: np.float32,
+    _V.BOOL: np.bool_,
+    _V.UINT64: np.uint64,
+    _V.INT64: np.int64,
+    _V.FLOAT64: np.float64,
 }
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_STRING, _GGUF_ARRAY = _V.STRING, _V.ARRAY
 
 
 class GGUFTensorInfo:
@@ -133,14 +135,14 @@ class GGUFHeader:
                 return None, n
             return [_g_arr_str(ctx, i, j).decode("utf-8", errors="replace") for j in range(n)], n
         if at in _GGUF_NUMPY and n:
-            dt = np.dtype(_GGUF_NUMPY[at] if at != 7 else np.int8)
+            dt = np.dtype(_GGUF_NUMPY[at] if at != gguf.GGUFValueType.BOOL else np.int8)
             raw = ctypes.string_at(_g_arr_data(ctx, i), n * dt.itemsize)
             return np.frombuffer(raw, dtype=dt).tolist(), n
         return [], n
 
     @property
     def architecture(self) -> str | None:
-        arch = self.kv.get("general.architecture")
+        arch = self.kv.get(gguf.Keys.General.ARCHITECTURE)
         return arch if isinstance(arch, str) else None
 
     def arch_key(self, suffix: str) -> Any:

@@ -26,10 +26,12 @@ LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h
 LLAMA_MAX_EXPERTS = 1024  # src/llama-hparams.h
 ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")  # LLAMA_ROPE_SCALING_TYPES
 
-GGML_F32, GGML_I64, GGML_NVFP4 = 0, 27, 40
+_Q = gguf.GGMLQuantizationType
+GGML_F32, GGML_I64 = _Q.F32, _Q.I64
+GGML_NVFP4 = 40  # GGMLQuantizationType.NVFP4, which gguf < 0.19 (allowed by pyproject) lacks
 # ggml types no weight may have: ggml computes with float and quantized weights only (I64 is
 # d2t's own type, which nothing else may use)
-_NON_WEIGHT_TYPES = frozenset({24, 25, 26, 27, 28})  # I8 I16 I32 I64 F64
+_NON_WEIGHT_TYPES = frozenset({_Q.I8, _Q.I16, _Q.I32, _Q.I64, _Q.F64})
 
 # Architectures whose attention this module knows rule by rule (their graphs in
 # src/models/*.cpp); other architectures get the checks common to every model.
@@ -38,8 +40,6 @@ _ATTENTION_ARCHS = frozenset({"llama", "qwen2", "qwen3", "gemma3", "eagle3"})
 _HEAD_V_IS_K = frozenset({"llama", "qwen2", "qwen3", "eagle3"})
 _HEAD_IS_ROT = frozenset({"llama", "qwen2", "qwen3"})
 
-TOKENIZER_MODEL = "tokenizer.ggml.model"
-TOKENS = "tokenizer.ggml.tokens"
 _NO_VOCAB = ("none", "no_vocab")
 # llama-vocab.cpp load(): default special ids per tokenizer model (None: LLAMA_TOKEN_NULL)
 _DEFAULT_IDS: dict[str, dict[str, int | None]] = {
@@ -52,11 +52,11 @@ _DEFAULT_IDS: dict[str, dict[str, int | None]] = {
     "gemma4": {"bos": None, "eos": None, "sep": None},
 }
 _ID_KEYS = {
-    "bos": "tokenizer.ggml.bos_token_id",
-    "eos": "tokenizer.ggml.eos_token_id",
-    "sep": "tokenizer.ggml.seperator_token_id",  # sic: llama-arch.cpp's spelling
+    "bos": gguf.Keys.Tokenizer.BOS_ID,
+    "eos": gguf.Keys.Tokenizer.EOS_ID,
+    "sep": gguf.Keys.Tokenizer.SEP_ID,  # "seperator", as llama-arch.cpp spells it
 }
-_ADD_KEYS = {"bos": "tokenizer.ggml.add_bos_token", "eos": "tokenizer.ggml.add_eos_token"}
+_ADD_KEYS = {"bos": gguf.Keys.Tokenizer.ADD_BOS, "eos": gguf.Keys.Tokenizer.ADD_EOS}
 
 Role = Literal["target", "drafter", "model"]
 
@@ -95,7 +95,7 @@ def drafter_as_target_message(h: N.GGUFHeader) -> str:
     kv = h.kv
     arch = kv.get(K.TARGET_ARCH)
     recorded = []
-    name = kv.get("general.name")
+    name = kv.get(gguf.Keys.General.NAME)
     if isinstance(name, str) and " for " in name:  # "EAGLE drafter (family) for X.gguf"
         recorded.append(f"for {name.rsplit(' for ', 1)[1]}")
     if arch:
@@ -320,7 +320,9 @@ class _Checker:
         trunk = n_layer - (self.int_of(self.key("nextn_predict_layers")) or 0)
         if isinstance(pattern, list):
             # an array of bool/u32/i32 of at most LLAMA_MAX_LAYERS, else llama.cpp throws
-            usable = self.h.kv_types[key][1] in (4, 5, 7) and len(pattern) <= LLAMA_MAX_LAYERS
+            V = gguf.GGUFValueType
+            usable = self.h.kv_types[key][1] in (V.BOOL, V.UINT32, V.INT32)
+            usable = usable and len(pattern) <= LLAMA_MAX_LAYERS
             if usable and not any(pattern[:n_layer]):
                 self.fail(key, pattern, "marks no layer as sliding-window")
         elif trunk < 1 or (self.int_of(key) if key in self.h.kv else 6) == 1:
@@ -385,15 +387,16 @@ class _Checker:
     # --- vocabulary (llama_vocab::impl::load and tokenize) -----------------------------------
 
     def _n_tokens(self) -> int | None:
-        model = self.h.kv.get(TOKENIZER_MODEL)
+        model = self.h.kv.get(gguf.Keys.Tokenizer.MODEL)
         if model in _NO_VOCAB:
             return self.int_of(self.key("vocab_size")) or 0  # llama.cpp's dummy tokens
-        if self.h.kv_types.get(TOKENS, (0, None)) != (9, 8):  # an array of strings
+        V = gguf.GGUFValueType
+        if self.h.kv_types.get(gguf.Keys.Tokenizer.LIST, (0, None)) != (V.ARRAY, V.STRING):
             return None  # llama.cpp throws "cannot find tokenizer vocab" / "invalid gguf type"
-        return self.h.kv_len[TOKENS]
+        return self.h.kv_len[gguf.Keys.Tokenizer.LIST]
 
     def _vocab(self) -> None:
-        model = self.h.kv.get(TOKENIZER_MODEL)
+        model = self.h.kv.get(gguf.Keys.Tokenizer.MODEL)
         if not isinstance(model, str):
             return  # llama.cpp requires it and says so
         if model in _NO_VOCAB:
@@ -401,19 +404,19 @@ class _Checker:
             # (a target tokenizes prompts; a drafter's tokens are compared with its target's)
             if self.role != "model":
                 self.fail(
-                    TOKENIZER_MODEL,
+                    gguf.Keys.Tokenizer.MODEL,
                     model,
                     "the model has no vocabulary, so its tokens cannot be read",
                     kind=UnsupportedModelError,
                 )
             return
-        types = self.h.kv.get("tokenizer.ggml.token_type")
+        types = self.h.kv.get(gguf.Keys.Tokenizer.TOKEN_TYPE)
         if model == "bert" and isinstance(types, list) and 6 in types:
             # the token-to-piece cache built at load calls token_to_byte for BYTE tokens,
             # which aborts for WordPiece ("fatal error")
             i = types.index(6)
-            self.fail("tokenizer.ggml.token_type", 6, f"token {i} is a byte token in WordPiece")
-        words = N.gguf_string_array(self.h.path, TOKENS)
+            self.fail(gguf.Keys.Tokenizer.TOKEN_TYPE, 6, f"token {i} is a byte token in WordPiece")
+        words = N.gguf_string_array(self.h.path, gguf.Keys.Tokenizer.LIST)
         if words is None:
             return
         # llama.cpp maps text -> id and id -> text and asserts both have one entry per token;
@@ -424,7 +427,9 @@ class _Checker:
             if w in seen:
                 shown = w.decode("utf-8", errors="replace")
                 self.fail(
-                    TOKENS, shown, f"token {i} repeats token {seen[w]} (token ids must be unique)"
+                    gguf.Keys.Tokenizer.LIST,
+                    shown,
+                    f"token {i} repeats token {seen[w]} (token ids must be unique)",
                 )
             seen[w] = i
         if self.role != "target":
@@ -435,7 +440,7 @@ class _Checker:
             for b in range(256):
                 if f"<0x{b:02X}>".encode() not in seen and bytes([b]) not in seen:
                     self.fail(
-                        TOKENS,
+                        gguf.Keys.Tokenizer.LIST,
                         f"<0x{b:02X}>",
                         "a SentencePiece vocabulary needs all 256 byte tokens <0x00>..<0xFF>",
                     )
@@ -451,7 +456,9 @@ class _Checker:
             default = defaults[name]
             ids[name] = default if default is not None and default < n_tokens else None
             value = self.int_of(key)
-            if value is not None and self.h.kv_types[key][0] == 4 and 0 <= value < n_tokens:
+            if value is None or not 0 <= value < n_tokens:
+                continue
+            if self.h.kv_types[key][0] == gguf.GGUFValueType.UINT32:
                 ids[name] = value
         # which of them tokenize() adds (and asserts): keys first, else llama.cpp's defaults,
         # where "some BPE pre-tokenizers add a BOS" counts as yes
@@ -462,7 +469,7 @@ class _Checker:
         if not isinstance(adds_eos, bool):
             adds_eos = model == "t5"
         bpe = model in ("gpt2", "hybriddna", "whitespace", "gemma4")
-        if model == "gemma4" or (bpe and self.h.kv.get("tokenizer.ggml.pre") == "gemma4"):
+        if model == "gemma4" or (bpe and self.h.kv.get(gguf.Keys.Tokenizer.PRE) == "gemma4"):
             adds_bos = True  # llama.cpp forces it for Gemma 4
         if model == "bert":  # WPM adds BOS (CLS) and SEP to every tokenized text
             need = {"bos": True, "eos": False, "sep": True}

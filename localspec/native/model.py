@@ -8,6 +8,7 @@ import os
 from time import perf_counter
 from typing import Any
 
+import gguf
 import numpy as np
 
 from ..errors import GenerationError, ModelFileError
@@ -39,7 +40,8 @@ from .library import (
 
 # --- ggml types for KV caches, by the names options.KV_TYPES lists -------------------------
 
-_GGML_TYPE = dict(zip(KV_TYPES, (0, 1, 30, 8, 2), strict=True))  # f32 f16 bf16 q8_0 q4_0
+_Q = gguf.GGMLQuantizationType
+_GGML_TYPE = dict(zip(KV_TYPES, (_Q.F32, _Q.F16, _Q.BF16, _Q.Q8_0, _Q.Q4_0), strict=True))
 
 
 # --- owners of native handles ----------------------------------------------------------------

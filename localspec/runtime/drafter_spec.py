@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import gguf
 import numpy as np
 
 from .. import native as N
@@ -80,7 +81,7 @@ class DrafterSpec:
         self.has_output = K.T_OUTPUT in h.tensors
         d2t = h.tensors.get(K.T_D2T)
         self.draft_vocab = int(d2t.shape[0]) if d2t is not None else None
-        self.vocab_size = h.kv_len.get("tokenizer.ggml.tokens", 0)
+        self.vocab_size = h.kv_len.get(gguf.Keys.Tokenizer.LIST, 0)
         self.target_record = {
             "architecture": typed(h, K.TARGET_ARCH, str),
             "block_count": typed(h, K.TARGET_BLOCK_COUNT, int),

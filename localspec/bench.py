@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import native as N
-from .auto.costmodel import inconsistencies
+from .auto.verdict import inconsistencies
 from .datasets import (
     Message,
     humaneval_instruction,

@@ -54,9 +54,10 @@ from .runtime.drafter_spec import DrafterSpec
 from .runtime.parts import Parts
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
+from .speculation.plan import StepPlan
 from .speculation.probe import Probe
 from .speculation.sampling import SamplingParams
-from .speculation.specstate import DraftRequest, SpecState
+from .speculation.specstate import SpecState
 from .speculation.tree import TreeShape
 from .stats import Stats
 from .text.chat_template import ChatFormatter
@@ -430,7 +431,7 @@ class Engine:
         self._current = gen
         with self._step_lock(gen):
             gen.prefill()
-            tree = self._state.draft(DraftRequest(TreeShape(k, 1, k)), np.random.default_rng(0))
+            tree = self._state.draft(StepPlan(TreeShape(k, 1, k)), np.random.default_rng(0))
         drafts = list(tree.tokens)
         return drafts
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .auto.costmodel import Verdict
+    from .auto.verdict import Verdict
 
 
 def tau(accepted: int, steps: int) -> float:

@@ -22,14 +22,14 @@ with a short chain now and then, so speculation comes back if the text turns pre
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Any
 
 import numpy as np
 
 from ..speculation.tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
+from .estimators import WINDOW, WINDOW_T1, FadingCounts, Recent, shrunk
+from .verdict import Verdict, break_even
 
 N_RANKS = MAX_TOP_K  # rank buckets 0..7; bucket 8 is "not among the drafter's top 8"
 MAX_DEPTH = 32  # deepest EAGLE chain auto considers (as deep as an n-gram draft)
@@ -38,7 +38,6 @@ MAX_DEPTH = 32  # deepest EAGLE chain auto considers (as deep as an n-gram draft
 # wide trees (twice the time at 32)
 MAX_TREE_DEPTH = 16
 TOP_KS = (1, 2, 4, 8)  # frontier widths auto considers (1 is a chain)
-HALF_LIFE = 512.0  # generated tokens over which acceptance evidence halves
 PRIOR_WEIGHT = 4.0  # pseudo-observations behind the prior
 REPLAN_EVERY = 16  # steps after which new evidence is searched again, however little
 REPLAN_LATEST = 64  # steps after which the search is repeated in any case (while fed)
@@ -66,32 +65,7 @@ class Plan:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class _Recent:
-    """A low quantile (LOW_Q) of the last `window` observations of a cost. Other programs only
-    ever add time to a measurement, never take it away, so the low end of recent samples is
-    what the work itself costs; a burst of interference (another program busy for a while)
-    moves a median as soon as it covers half the window, a low quantile only once it covers
-    all but its lowest quarter. A lasting change (a longer context) still takes over after
-    ``window - rank`` observations. The value it starts from counts as `weight` observations:
-    a calibrated one as the repetitions behind it, a guess as none, so that the first
-    measurement replaces a guess at once."""
-
-    def __init__(self, value: float, window: int, weight: int = 0) -> None:
-        self.recent: deque[float] = deque([value] * min(weight, window), maxlen=window)
-        self.value = value
-        self.n = weight
-
-    def update(self, x: float) -> None:
-        self.recent.append(x)
-        self.n += 1
-        ordered = sorted(self.recent)
-        self.value = ordered[int(LOW_Q * (len(ordered) - 1))]
-
-
 CALIBRATION_REPS = 3
-LOW_Q = 0.25  # the quantile of recent observations a cost is priced at
-WINDOW = 16  # observations behind each cost estimate (t(1) and plain steps: WINDOW_T1)
-WINDOW_T1 = 32  # t(1) and whole plain steps, observed most often
 
 
 class VerifyCurve:
@@ -111,9 +85,9 @@ class VerifyCurve:
         for a, b in zip(reversed(sizes[:-1]), reversed(sizes[1:]), strict=True):
             times[a] = min(times[a], times[b])
         base = times[1]
-        self.base = _Recent(base, WINDOW_T1, CALIBRATION_REPS)
-        self.ratio = {n: _Recent(t / base, WINDOW, CALIBRATION_REPS) for n, t in times.items()}
-        self.ratio[1] = _Recent(1.0, 1, 1)
+        self.base = Recent(base, WINDOW_T1, CALIBRATION_REPS)
+        self.ratio = {n: Recent(t / base, WINDOW, CALIBRATION_REPS) for n, t in times.items()}
+        self.ratio[1] = Recent(1.0, 1, 1)
         self._sizes = sorted(self.ratio)
         self._shape_version = 0  # bumped when a size's shape t(n)/t(1) moved
         self._table_key = (-1, -1)
@@ -175,7 +149,7 @@ class VerifyCurve:
             return
         r = self.ratio.get(n)
         if r is None:  # a size never measured: its guessed shape is replaced by what we see
-            r = self.ratio[n] = _Recent(self._ratio(n), WINDOW)
+            r = self.ratio[n] = Recent(self._ratio(n), WINDOW)
             self._sizes = sorted(self.ratio)
             self._shape_version += 1
         before = r.value
@@ -192,24 +166,24 @@ class VerifyCurve:
 
 
 class Acceptance:
-    """Per draft depth, decayed counts of the emitted token's rank among the drafter's picks."""
+    """Per draft depth, faded counts of the emitted token's rank among the drafter's picks."""
 
     def __init__(self) -> None:
-        self.counts = np.zeros((MAX_DEPTH, N_RANKS + 1))
-        self._pending_tokens = 0.0
-        self.version = 0  # bumped on every observation
+        self.evidence = FadingCounts(ranks=(MAX_DEPTH, N_RANKS + 1))
+        self.counts = self.evidence["ranks"]
+
+    @property
+    def version(self) -> int:  # changes with every observation
+        return self.evidence.version
 
     def observe(self, depth: int, rank: int) -> None:
         if depth < MAX_DEPTH:
             self.counts[depth, min(rank, N_RANKS)] += 1.0
-            self.version += 1
+            self.evidence.observed()
 
     def advance(self, tokens: int) -> None:
         """Fade the evidence by the tokens generated since the last call."""
-        self._pending_tokens += tokens
-        if self._pending_tokens >= 16:
-            self.counts *= 0.5 ** (self._pending_tokens / HALF_LIFE)
-            self._pending_tokens = 0.0
+        self.evidence.advance(tokens)
 
     def probabilities(self, first_rank0: float | None = None) -> np.ndarray:
         """[MAX_DEPTH, N_RANKS + 1] rank distributions (each depth shrunk towards the one
@@ -221,7 +195,7 @@ class Acceptance:
         last = int(seen[-1]) if seen.size else 0
         for d in range(last + 1):
             c = self.counts[d]
-            p = (c + PRIOR_WEIGHT * prior) / (c.sum() + PRIOR_WEIGHT)
+            p = shrunk(c, c.sum(), prior, PRIOR_WEIGHT)
             if d == 0 and first_rank0 is not None:
                 rest = p[1:] * (1 - first_rank0) / max(p[1:].sum(), 1e-12)
                 p = np.concatenate([[first_rank0], rest])
@@ -233,7 +207,7 @@ class Acceptance:
     def first_rank0_bound(self) -> float:
         c = self.counts[0]
         n = c.sum() + PRIOR_WEIGHT
-        mean = (c[0] + PRIOR_WEIGHT * _PRIOR0[0]) / n
+        mean = shrunk(c[0], c.sum(), _PRIOR0[0], PRIOR_WEIGHT)
         return min(1.0, mean + UCB_Z * math.sqrt(mean * (1 - mean) / n))
 
 
@@ -297,154 +271,6 @@ def expected_gains(p: np.ndarray, top_k: int, max_depth: int, max_nodes: int) ->
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """Why auto chose what it chose, in the cost model's own numbers. The break-even is quoted
-    for the chain whose required acceptance is lowest here: with the same acceptance a at
-    every draft position, a chain of k pays when 1 + a + ... + a^k tokens per step beat plain
-    decoding's one token in cost_ratio times its time."""
-
-    shape: TreeShape | None  # the shape auto runs now (None: plain decoding)
-    explore: bool  # a probe chosen by the optimistic bound, not by the mean estimates
-    expected_speedup: float  # the choice's expected tokens/s over plain decoding's
-    expected_tokens: float  # per step of the choice
-    chain: int  # the chain length the break-even below is quoted for
-    # in plain steps (a plain step's seconds as auto prices it now): a step drafting that
-    # chain, and its verify with the step's bookkeeping alone (>= 1, <= cost_ratio); the
-    # difference is the drafting
-    cost_ratio: float
-    verify_ratio: float
-    needed: float | None  # acceptance per position that chain needs; None: no acceptance can
-    reached: float  # the drafter's first-position acceptance, as auto estimates it
-    drafts_seen: float  # first-position drafts behind that estimate (faded with age)
-    eagle: bool = True  # an EAGLE drafter takes part
-    ngram: str = ""  # the n-gram source's acceptance in words ("": not in use)
-    ready_tax: float = 0.0  # a plain step with the drafter fed over one without, less 1
-    switch_s: float = 0.0  # seconds that switching the taps adds to the next decode
-
-    def with_sources(self, *, eagle: bool, ngram: str) -> Verdict:
-        return replace(self, eagle=eagle, ngram=ngram)
-
-    @property
-    def reason(self) -> str:
-        """One line for people."""
-        seen = (
-            f"the drafter's first token is accepted {self.reached:.0%} "
-            f"(over {self.drafts_seen:.0f} recent drafts)"
-            if self.drafts_seen >= 1
-            else "the drafter's acceptance is not measured yet (auto has not drafted)"
-        )
-        chain = f"a draft of {self.chain} tokens" if self.chain > 1 else "a 1-token draft"
-        # the parts as printed add up to the whole as printed
-        drafting = max(round(self.cost_ratio, 2) - round(self.verify_ratio, 2), 0.0)
-        cost = (
-            f"{chain} costs {self.cost_ratio:.2f} plain steps here "
-            f"({self.verify_ratio:.2f} verifying {self.chain + 1} tokens "
-            f"+ {drafting:.2f} drafting)"
-        )
-        ngram = f"; {self.ngram}" if self.ngram else ""
-        if not self.eagle:
-            cost = (
-                f"{chain} costs {self.cost_ratio:.2f} plain steps here "
-                f"(verifying {self.chain + 1} tokens; n-gram lookups cost little)"
-            )
-            need = (
-                "so no n-gram draft can pay"
-                if self.needed is None
-                else f"so an n-gram draft pays above {self.needed:.0%} acceptance per position"
-            )
-            return f"auto drafts from the context's n-grams where they pay: {cost}, {need}{ngram}"
-        if self.shape is None:
-            need = (
-                "so no acceptance can pay"
-                if self.needed is None
-                else f"so it pays only above {self.needed:.0%} acceptance per position"
-            )
-            what = "no EAGLE drafts" if self.ngram else "plain decoding"
-            ready = (
-                f"; keeping the drafter fed costs {self.ready_tax:.0%} a plain step"
-                if self.ready_tax >= 0.005
-                else ""
-            )
-            return f"auto runs {what}: {cost}, {need}; {seen}{ngram}{ready}"
-        what = "probes with" if self.explore else "drafts"
-        return (
-            f"auto {what} {self.shape}: expected {self.expected_speedup:.2f}x plain "
-            f"({self.expected_tokens:.2f} tokens per step); {cost}; {seen}{ngram}"
-        )
-
-    @property
-    def brief(self) -> str:
-        """The reason in a few words, for narrow places (the chat's side panel)."""
-        drafter = f"drafter {self.reached:.0%}" if self.drafts_seen >= 1 else "drafter unmeasured"
-        if not self.eagle:
-            need = "no draft pays" if self.needed is None else f"drafts need {self.needed:.0%}"
-            return (
-                f"n-gram only: {self.chain}-token draft costs {self.cost_ratio:.2f} plain "
-                f"steps, {need}"
-            )
-        if self.shape is None:
-            need = "no acceptance pays" if self.needed is None else f"needs {self.needed:.0%}"
-            return (
-                f"plain: {self.chain}-token draft costs {self.cost_ratio:.2f} plain steps, "
-                f"{need}; {drafter}"
-            )
-        return f"{self.shape}: expected {self.expected_speedup:.2f}x plain; {drafter}"
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "choice": str(self.shape) if self.shape is not None else "plain",
-            "explore": self.explore,
-            "expected_speedup": self.expected_speedup,
-            "expected_tokens_per_step": self.expected_tokens,
-            "break_even_chain": self.chain,
-            "chain_cost_ratio": self.cost_ratio,
-            "verify_cost_ratio": self.verify_ratio,
-            "needed_acceptance": self.needed,
-            "drafter_acceptance": self.reached,
-            "drafts_seen": self.drafts_seen,
-            "eagle": self.eagle,
-            "ngram": self.ngram,
-            "ready_tax": self.ready_tax,
-            "switch_ms": 1e3 * self.switch_s,
-            "reason": self.reason,
-            "brief": self.brief,
-        }
-
-
-def inconsistencies(auto: dict[str, Any]) -> list[str]:
-    """What is self-contradictory in an explanation (``Verdict.as_dict()``, as the server's
-    ``timings.auto`` and bench's JSON carry it): a speedup above the tokens per step, a draft
-    cheaper than its own verify, a verify cheaper than a plain step. Empty when consistent."""
-    out = []
-    speedup, tokens = float(auto["expected_speedup"]), float(auto["expected_tokens_per_step"])
-    cost, verify = float(auto["chain_cost_ratio"]), float(auto["verify_cost_ratio"])
-    if speedup > tokens * (1 + 1e-9):
-        out.append(f"expected speedup {speedup:.3f} above {tokens:.3f} tokens per step")
-    if cost < verify * (1 - 1e-9):
-        out.append(f"a draft ({cost:.3f} plain steps) cheaper than its verify ({verify:.3f})")
-    if verify < 1 - 1e-9:
-        out.append(f"a verify ({verify:.3f} plain steps) cheaper than a plain step")
-    return out
-
-
-def break_even(cost_ratio: float, k: int) -> float | None:
-    """The acceptance a per position at which 1 + a + ... + a^k equals cost_ratio (None when
-    even a = 1 falls short)."""
-    if cost_ratio <= 1.0:
-        return 0.0
-    if k + 1 < cost_ratio:
-        return None
-    lo, hi = 0.0, 1.0
-    for _ in range(30):
-        a = (lo + hi) / 2
-        if (1 - a ** (k + 1)) / (1 - a) < cost_ratio:
-            lo = a
-        else:
-            hi = a
-    return hi
-
-
-@dataclass(frozen=True)
 class ReadyCosts:
     """What keeping the drafter ready costs: a one-token decode with the taps on and with them
     off (the staging API's outputs, or the graph callback, which is removed while they are
@@ -478,8 +304,8 @@ class CostModel:
     ) -> None:
         self.verify = verify
         # per frontier width; writing the queued pairs and the first draft distribution
-        self.expand = {k: _Recent(t, WINDOW, CALIBRATION_REPS) for k, t in draft_depth.items()}
-        self.flush = _Recent(flush, WINDOW, CALIBRATION_REPS)
+        self.expand = {k: Recent(t, WINDOW, CALIBRATION_REPS) for k, t in draft_depth.items()}
+        self.flush = Recent(flush, WINDOW, CALIBRATION_REPS)
         t1 = verify(1)
         self.tapped = ready is not None  # a drafter's taps exist: fed and unfed steps differ
         ready = ready or ReadyCosts(t1, t1)
@@ -490,18 +316,18 @@ class CostModel:
         # whole plain steps (decode, bookkeeping, the drafter's feed), fed and unfed; the
         # calibrated decode counts as its repetitions, the glue is a guess until measured
         self.plain = {
-            fed: _Recent(t + PLAIN_GLUE, WINDOW_T1, CALIBRATION_REPS)
+            fed: Recent(t + PLAIN_GLUE, WINDOW_T1, CALIBRATION_REPS)
             for fed, t in ((True, ready.t1_on), (False, ready.t1_off))
         }
-        self.t1_off = _Recent(ready.t1_off, WINDOW_T1, CALIBRATION_REPS)  # the decode alone
+        self.t1_off = Recent(ready.t1_off, WINDOW_T1, CALIBRATION_REPS)  # the decode alone
         # the fed t(1) first measured after the unfed plain step was: while the drafter stays
         # fed, the unfed cost follows the context's growth with t(1) from there (None: no fed
         # one-token decode measured since, so the unfed cost is as measured)
         self._unfed_base: float | None = t1
-        self.switch = _Recent(ready.switch, WINDOW, CALIBRATION_REPS)
+        self.switch = Recent(ready.switch, WINDOW, CALIBRATION_REPS)
         self.glue = {  # guesses, replaced by the first measurement
-            "chain": _Recent(80e-6, WINDOW),
-            "tree": _Recent(300e-6, WINDOW),
+            "chain": Recent(80e-6, WINDOW),
+            "tree": Recent(300e-6, WINDOW),
         }
         self.acceptance = Acceptance()
         self.max_nodes = max_nodes
@@ -829,7 +655,7 @@ class CostModel:
             self.flush.update(t_flush)
             if shape.depth > 1:
                 per = max(t_draft - t_flush, 0.0) / (shape.depth - 1)
-                self.expand.setdefault(shape.top_k, _Recent(per, WINDOW)).update(per)
+                self.expand.setdefault(shape.top_k, Recent(per, WINDOW)).update(per)
             if t_glue is not None:
                 self.glue["chain" if shape.is_chain else "tree"].update(t_glue)
         after = self.verify(rows), self.step_time(None)

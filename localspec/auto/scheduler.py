@@ -11,10 +11,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..speculation.drafttree import EAGLE, NGRAM
+from ..speculation.plan import StepPlan
+from ..speculation.probe import StepCosts
 from ..speculation.tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 from .calibration import Calibration, OtherLoad
-from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan, Verdict
-from .sourcechoice import MAX_NGRAM_DEPTH, Choice, NGramOffer, SourceChoice
+from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan
+from .sourcechoice import MAX_NGRAM_DEPTH, NGramOffer, SourceChoice
+from .verdict import Verdict
 
 WAKE_AFTER = 256  # tokens a dormant drafter sleeps at least before a probe may wake it
 SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps at the latest
@@ -67,39 +70,6 @@ class Mode:
         target's own position-keyed draws, so their text for a seed never depends on the
         shapes run."""
         return self.kind == "chain" and EAGLE in self.sources
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    eagle: TreeShape | None = None  # the EAGLE drafter's shape (None: it does not draft)
-    ngram: int = 0  # n-gram tokens of the main continuation (0: none)
-    ngram_alts: int = 0  # alternative n-gram branches
-    choice: Choice | None = None  # auto: what the cost model expects of this step
-    wake: bool = False  # feed the drafter again from this step (taps on, its cache restarts)
-    sleep: bool = False  # stop feeding the drafter (taps off): no EAGLE drafting can pay
-    quiet: bool = False  # auto, its drafter asleep: a plain step that needed no planning
-    learn: bool = True  # the cost model learns from this step's costs
-
-    @property
-    def label(self) -> str:
-        if self.choice is not None:
-            return self.choice.label if (self.eagle or self.ngram) else "plain"
-        if self.ngram:
-            return "ngram"
-        return "plain" if self.eagle is None else str(self.eagle)
-
-
-@dataclass(frozen=True)
-class StepCosts:
-    """What a step cost on the cost clock, per phase (Probe spans)."""
-
-    verify: float
-    flush: float
-    draft: float
-    lookup: float  # the n-gram lookup (every step that may draft n-grams pays it)
-    build: float  # building the n-gram draft into the step's tree
-    feed: float
-    glue: float  # the rest of the step
 
 
 class Scheduler:
@@ -354,14 +324,20 @@ class Scheduler:
         return max(WAKE_AFTER, cycle / (EXPLORE_SHARE * plain))
 
     def _ngram_only(
-        self, budget: int, free_cells: int, offer: NGramOffer | None, **flags: bool
+        self,
+        budget: int,
+        free_cells: int,
+        offer: NGramOffer | None,
+        *,
+        wake: bool = False,
+        sleep: bool = False,
     ) -> StepPlan:
         assert self.cost is not None and self.choice is not None
         plain = Plan(None, 1.0, self.cost.step_time(None))
         if NGRAM not in self.mode.sources:
             offer = None
         c = self.choice.choose(plain, offer, min(budget, max(free_cells - 1, 0)))
-        return StepPlan(None, c.ngram, c.ngram_alts, c, **flags)
+        return StepPlan(None, c.ngram, c.ngram_alts, c, wake=wake, sleep=sleep)
 
     def _fit(self, shape: TreeShape | None, budget: int, free_cells: int) -> TreeShape | None:
         """A tree that does not fit the caches' room falls back to the chain of its depth."""

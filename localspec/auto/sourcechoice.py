@@ -20,13 +20,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..speculation.sources.ngram import ALT_LEN, NGramOffer
 from ..speculation.tree import MAX_TREE_NODES
-from .costmodel import HALF_LIFE, WINDOW, CostModel, Plan, _Recent
+from .costmodel import CostModel, Plan
+from .estimators import WINDOW, FadingCounts, Recent, shrunk
 
 # match-length buckets: a match of m tokens falls in the last bucket whose bound is <= m
 MATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 MAX_NGRAM_DEPTH = 32  # the longest n-gram draft considered
-ALT_LEN = 4  # tokens per alternative branch
 PRIOR_WEIGHT = 2.0
 # priors per bucket, from SmolLM2's greedy replies (12 copy-heavy requests and 12 MT-Bench
 # questions, every offer drafted): first-position acceptance rose from 0.2-0.3 after a 1-token
@@ -40,15 +41,6 @@ _PRIOR_ALT = 0.15  # prior hit rate of an alternative branch when the main one m
 
 def bucket(match_len: int) -> int:
     return max(0, bisect.bisect_right(MATCH_BUCKETS, match_len) - 1)
-
-
-@dataclass(frozen=True)
-class NGramOffer:
-    """What the n-gram index proposes for this step (from NGramSource.lookup)."""
-
-    match_len: int
-    length: int  # tokens of the main continuation available
-    alternatives: int  # further continuations (other next tokens) available
 
 
 @dataclass(frozen=True)
@@ -87,35 +79,35 @@ class Choice:
 
 
 class NGramAcceptance:
-    """Decayed counts of n-gram drafts per match bucket and position."""
+    """Faded counts of n-gram drafts per match bucket and position."""
 
     def __init__(self) -> None:
         nb = len(MATCH_BUCKETS)
-        self.drafted = np.zeros((nb, MAX_NGRAM_DEPTH))
-        self.accepted = np.zeros((nb, MAX_NGRAM_DEPTH))
-        self.alt = np.zeros((nb, 2))  # (main missed at once with alternatives drafted, hits)
-        self._pending = 0.0
-        self.version = 0
+        # alt: (main missed at once with alternatives drafted, hits)
+        self.evidence = FadingCounts(
+            drafted=(nb, MAX_NGRAM_DEPTH), accepted=(nb, MAX_NGRAM_DEPTH), alt=(nb, 2)
+        )
+        self.drafted = self.evidence["drafted"]
+        self.accepted = self.evidence["accepted"]
+        self.alt = self.evidence["alt"]
+
+    @property
+    def version(self) -> int:  # changes with every observation
+        return self.evidence.version
 
     def observe(self, b: int, drafted: int, accepted: int) -> None:
         """A main continuation of `drafted` tokens, of which the first `accepted` were."""
         n = min(drafted, MAX_NGRAM_DEPTH)
         self.drafted[b, : min(accepted + 1, n)] += 1
         self.accepted[b, : min(accepted, n)] += 1
-        self.version += 1
+        self.evidence.observed()
 
     def observe_alt(self, b: int, hit: bool) -> None:
         self.alt[b] += (1.0, float(hit))
-        self.version += 1
+        self.evidence.observed()
 
     def advance(self, tokens: int) -> None:
-        self._pending += tokens
-        if self._pending >= 16:
-            f = 0.5 ** (self._pending / HALF_LIFE)
-            self.drafted *= f
-            self.accepted *= f
-            self.alt *= f
-            self._pending = 0.0
+        self.evidence.advance(tokens)
 
     def rates(self, b: int, *, optimistic: bool = False) -> np.ndarray:
         """a(b, d) for every position d; optimistic: the first position's upper confidence
@@ -124,7 +116,7 @@ class NGramAcceptance:
         prior = _PRIOR_A0[b]
         for d in range(MAX_NGRAM_DEPTH):
             n = self.drafted[b, d] + PRIOR_WEIGHT
-            a = (self.accepted[b, d] + PRIOR_WEIGHT * prior) / n
+            a = float(shrunk(self.accepted[b, d], self.drafted[b, d], prior, PRIOR_WEIGHT))
             if d == 0 and optimistic:  # the prior counts double here: no wild first probes
                 a = min(1.0, a + EXPLORE_Z * math.sqrt(a * (1 - a) / (n + PRIOR_WEIGHT)))
             out[d] = a
@@ -134,7 +126,7 @@ class NGramAcceptance:
 
     def alt_rate(self, b: int) -> float:
         tries, hits = self.alt[b]
-        return float((hits + PRIOR_WEIGHT * _PRIOR_ALT) / (tries + PRIOR_WEIGHT))
+        return float(shrunk(hits, tries, _PRIOR_ALT, PRIOR_WEIGHT))
 
     def first_rate(self) -> tuple[float, float]:
         """First-position acceptance over all buckets, and the drafts behind it."""
@@ -149,8 +141,8 @@ class SourceChoice:
         self.cost = cost
         self.ngram = NGramAcceptance()
         self.max_nodes = max_nodes
-        self.build = _Recent(20e-6, WINDOW)  # seconds to build an n-gram draft into the tree
-        self.glue = _Recent(80e-6, WINDOW)  # per n-gram step
+        self.build = Recent(20e-6, WINDOW)  # seconds to build an n-gram draft into the tree
+        self.glue = Recent(80e-6, WINDOW)  # per n-gram step
 
     def choose(self, eagle: Plan, offer: NGramOffer | None, budget: int) -> Choice:
         """The best of plain, the EAGLE plan, an n-gram chain or tree and the merged tree.

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from ..auto.scheduler import Mode, StepCosts, StepPlan
+from ..auto.scheduler import Mode
 from ..errors import GenerationError
 from ..stats import Stats
 from ..text.textstream import TextStream
 from .drafttree import EAGLE, DraftTree
+from .plan import StepPlan
+from .probe import StepCosts
 from .sampling import Draws, SamplingParams
-from .specstate import DraftRequest
 from .step import speculative_step
 from .verify import Outcome, pick
 
@@ -159,8 +160,8 @@ class Generation:
     # --- one step ----------------------------------------------------------------------------
 
     def _step(self) -> tuple[list[int], list[str]]:
-        """Ask the scheduler for a plan, run the step, learn from it; the emitted tokens and
-        who proposed each."""
+        """Plan, step, learn: ask the scheduler for a plan, run it, learn from what it cost and
+        yielded; the emitted tokens and who proposed each."""
         parts, stats = self.parts, self.stats
         state, sched, probe = parts.state, parts.scheduler, parts.probe
         tgt = parts.target
@@ -169,23 +170,21 @@ class Generation:
         w0, c0 = probe.now()
         proposal = state.lookup(sched.ngram_max, 3) if sched.wants_ngram and budget > 0 else None
         offer = proposal.offer if proposal is not None else None
-        plan = sched.plan(budget, state.free_cells(), offer)
-        if plan.wake:
-            state.wake()
-        if plan.sleep:
-            state.sleep()
-        req = DraftRequest(
-            plan.eagle,
-            proposal,
-            plan.ngram,
-            plan.ngram_alts,
-            # a fixed EAGLE chain that samples draws its drafts from the drafter's q
-            self.sp if plan.eagle and self.mode.rejection_sampling and not self.sp.greedy else None,
-            ranks=plan.choice is not None,
+        # plan: what to draft, then the lookup's proposal and how an EAGLE chain draws
+        planned = sched.plan(budget, state.free_cells(), offer)
+        # a fixed EAGLE chain that samples draws its drafts from the drafter's q
+        q = planned.eagle is not None and self.mode.rejection_sampling and not self.sp.greedy
+        plan = replace(
+            planned,
+            proposal=proposal,
+            sampled=self.sp if q else None,
+            ranks=planned.choice is not None,
         )
-        tree, out = speculative_step(state, self.last, req, self.sp, self.draws)
+        # step
+        tree, out = speculative_step(state, self.last, plan, self.sp, self.draws)
         w1, c1 = probe.now()
         wall, cost = probe.take()
+        # learn
         self._record(plan, tree, out, wall, w1 - w0)
         sched.observe(
             plan,
@@ -194,15 +193,7 @@ class Generation:
             ranks=out.ranks,
             ngram_accepted=_run_length(tree.spine.get("ngram", []), out.path),
             alt_hit=bool(out.path) and out.path[0] in tree.alternatives,
-            costs=StepCosts(
-                verify=cost.get("verify", 0.0),
-                flush=cost.get("flush", 0.0),
-                draft=cost.get("draft", 0.0),
-                lookup=cost.get("lookup", 0.0),
-                build=cost.get("build", 0.0),
-                feed=cost.get("feed", 0.0),
-                glue=max(0.0, c1 - c0 - sum(cost.values())),
-            ),
+            costs=StepCosts.of(cost, c1 - c0),
             emitted=len(out.path) + 1,
         )
         self.last = out.y

@@ -10,9 +10,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from time import perf_counter
 
 from ..runtime.clocks import Clock
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """What a step cost on the cost clock, per phase (Probe spans)."""
+
+    verify: float
+    flush: float
+    draft: float
+    lookup: float  # the n-gram lookup (every step that may draft n-grams pays it)
+    build: float  # building the n-gram draft into the step's tree
+    feed: float
+    glue: float  # the rest of the step
+
+    @classmethod
+    def of(cls, cost: dict[str, float], total: float) -> StepCosts:
+        """A step's costs from its spans (``Probe.take``'s cost clock) and the cost clock's
+        reading over the whole step: the rest is glue."""
+        return cls(
+            verify=cost.get("verify", 0.0),
+            flush=cost.get("flush", 0.0),
+            draft=cost.get("draft", 0.0),
+            lookup=cost.get("lookup", 0.0),
+            build=cost.get("build", 0.0),
+            feed=cost.get("feed", 0.0),
+            glue=max(0.0, total - sum(cost.values())),
+        )
 
 
 class Probe:

@@ -4,8 +4,8 @@ are on, and what the n-gram index has seen. Every change to them goes through Sp
 operations, so the rules that keep them consistent live in one place:
 
 - ``begin``: a call's prompt, keeping what both caches can reuse;
-- ``draft``, ``verify``, ``commit``: one speculative step (step.py);
-- ``sleep`` / ``wake``: stop or resume feeding the drafter (taps off / on);
+- ``draft``, ``verify``, ``commit``: one speculative step (step.py), as its StepPlan says,
+  feeding the drafter or not (``sleep`` / ``wake``: taps off / on) where the plan asks;
 - ``reset``: empty both caches; ``calibrate``: time this machine (empties them too);
 - ``finish``: a call ended (its context joins the session's n-gram memory);
 - ``snapshot`` / ``restore``: copies of both caches, for session files.
@@ -16,7 +16,6 @@ Each operation is timed by the state's Probe (wall and cost clock), outside the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,25 +25,11 @@ from ..options import RuntimeOptions
 from ..runtime.drafter import Drafter, DrafterState
 from ..runtime.target import Target, TargetState
 from .drafttree import DraftTree, merge
+from .plan import StepPlan
 from .probe import Probe
-from .sampling import SamplingParams
 from .sources.eagle import EagleSource
 from .sources.ngram import NGramProposal, NGramSource
-from .tree import TreeShape
 from .verify import Outcome
-
-
-@dataclass(frozen=True)
-class DraftRequest:
-    """What to draft in one step (the scheduler's plan, with the n-gram lookup's proposal)."""
-
-    eagle: TreeShape | None = None
-    proposal: NGramProposal | None = None
-    ngram: int = 0  # tokens of the main n-gram continuation
-    ngram_alts: int = 0  # alternative n-gram branches
-    sampled: SamplingParams | None = None  # draw the EAGLE chain from q (rejection sampling)
-    ranks: bool = True  # keep the EAGLE drafter's scores at every node (auto learns from them)
-
 
 RESTART_AFTER = 64  # auto: missing drafter pairs the target re-decodes rather than restart it
 
@@ -124,9 +109,14 @@ class SpecState:
         with self.probe.span("lookup"):
             return self.ngram.lookup(max_len, branches)
 
-    def draft(self, req: DraftRequest, rng: np.random.Generator) -> DraftTree:
-        """The step's draft: the EAGLE shape (when given) and the n-gram proposal's first
-        tokens with its alternatives, merged into one tree."""
+    def draft(self, req: StepPlan, rng: np.random.Generator) -> DraftTree:
+        """The step's draft: the drafter woken or put to sleep as the plan says, then the EAGLE
+        shape (when given) and the n-gram proposal's first tokens with its alternatives, merged
+        into one tree."""
+        if req.wake:
+            self.wake()
+        if req.sleep:
+            self.sleep()
         shape, proposal = req.eagle, req.proposal
         tree = DraftTree()
         if shape is not None:

@@ -9,16 +9,17 @@ target. A step with no draft is plain decoding on the same path.
 from __future__ import annotations
 
 from .drafttree import DraftTree
+from .plan import StepPlan
 from .sampling import Draws, SamplingParams
-from .specstate import DraftRequest, SpecState
+from .specstate import SpecState
 from .verify import Outcome, walk
 
 
 def speculative_step(
-    state: SpecState, last: int, req: DraftRequest, sp: SamplingParams, draws: Draws
+    state: SpecState, last: int, plan: StepPlan, sp: SamplingParams, draws: Draws
 ) -> tuple[DraftTree, Outcome]:
     n = state.n
-    tree = state.draft(req, draws.rng)
+    tree = state.draft(plan, draws.rng)
     logits = state.verify(last, tree)
     out = walk(tree, logits, sp, draws, n + 1)
     state.commit(last, tree, out)

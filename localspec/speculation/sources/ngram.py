@@ -1,6 +1,6 @@
 """The drafter-free source: continuations of the current stream found earlier in it (the
 prompt, the conversation's earlier turns, what was generated) or, bounded, in the session's
-other generations (ngram.py holds the indexes and says why they are built as they are).
+other generations (ngram_index.py holds the indexes and says why they are built as they are).
 
 The stream is every emitted token: the prompt, then each step's accepted drafts and the
 target's own token. A proposal is the longest match's continuation (a chain) and, as extra
@@ -12,12 +12,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...auto.sourcechoice import ALT_LEN, NGramOffer
 from ..drafttree import NGRAM, DraftTree
 from .ngram_index import MAX_MATCH, Continuation, NGramIndex, SessionStore
 
 CONTEXT_CAPACITY = 1 << 20  # tokens of the current stream indexed (far above any context)
 SESSION_CAPACITY = 1 << 16  # tokens of the session's other generations
+ALT_LEN = 4  # tokens per alternative branch
+
+
+@dataclass(frozen=True)
+class NGramOffer:
+    """What the n-gram index proposes for this step: the length of the context it matched
+    and the continuations it has (auto's source choice prices it from these)."""
+
+    match_len: int
+    length: int  # tokens of the main continuation available
+    alternatives: int  # further continuations (other next tokens) available
 
 
 @dataclass(frozen=True)

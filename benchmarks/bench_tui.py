@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 import localspec
+from localspec import EngineConfig, RuntimeOptions
 from localspec.tui.app import ChatOptions, LocalspecApp
 from localspec.tui.store import ChatStore
 
@@ -81,7 +82,10 @@ def med(rows: list[dict[str, Any]], key: str) -> float:
 async def compare(mode: str, args: argparse.Namespace, store_dir: str) -> None:
     k: int | str = 0 if mode == "plain" else "auto"
     eng = localspec.load(n_draft=k, n_threads=args.threads)
-    opts = ChatOptions(n_draft=k, n_threads=args.threads, max_tokens=32)
+    opts = ChatOptions(
+        config=EngineConfig(n_draft=k, runtime=RuntimeOptions(n_threads=args.threads)),
+        max_tokens=32,
+    )
     app = LocalspecApp(opts, store=ChatStore(f"{store_dir}/{mode}.sqlite"))
     w, h = (int(v) for v in args.size.split("x"))
     async with app.run_test(size=(w, h)) as pilot:
@@ -149,7 +153,7 @@ async def ui_cost(n: int, args: argparse.Namespace, store_dir: str) -> None:
           f"replayed through the app at {args.replay_rate:.0f} tok/s", flush=True)  # fmt: skip
     eng.close()
     replay = ReplayEngine(steps, args.replay_rate)
-    opts = ChatOptions(n_draft=0, max_tokens=n)
+    opts = ChatOptions(config=EngineConfig(n_draft=0), max_tokens=n)
     app = LocalspecApp(opts, engine_factory=lambda o: replay, store=ChatStore(f"{store_dir}/u"))
     w, h = (int(v) for v in args.size.split("x"))
     trace: list[tuple[int, float]] = []

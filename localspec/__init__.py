@@ -38,6 +38,7 @@ from .text.context_fit import (
 if TYPE_CHECKING:  # the lazy names below, typed for type checkers
     from .converters.convert import convert
     from .engine import DRAFT_SOURCES, MAX_DRAFT, Completion, Engine, Event, load
+    from .options import EngineConfig, RuntimeOptions
     from .speculation.sampling import SamplingParams
     from .speculation.tree import TreeShape
 
@@ -49,6 +50,7 @@ __all__ = [
     "ContextFullError",
     "DRAFT_SOURCES",
     "Engine",
+    "EngineConfig",
     "Event",
     "GenerationError",
     "InvalidParameterError",
@@ -57,6 +59,7 @@ __all__ = [
     "ModelFileError",
     "NativeLibraryError",
     "PairMismatchError",
+    "RuntimeOptions",
     "SamplingParams",
     "SessionCache",
     "SessionStateError",
@@ -88,6 +91,10 @@ def __getattr__(name: str) -> object:
         from . import engine
 
         return getattr(engine, name)
+    if name in ("EngineConfig", "RuntimeOptions"):
+        from . import options
+
+        return getattr(options, name)
     if name == "SamplingParams":
         from .speculation.sampling import SamplingParams
 

@@ -134,13 +134,13 @@ class LocalspecApp(App[None]):
         self.settings = settings or ChatSettings.beside(self.store.filename)
         self.states = SavedStates(self.store.filename, options.session_cache_bytes)
         self.engine: Engine | None = None
-        self.k: int | str = options.n_draft  # "auto" or a fixed chain length
-        self.draft_tree: TreeShape | None = options.tree  # a fixed tree overrides k
+        self.k: int | str = options.config.n_draft  # "auto" or a fixed chain length
+        self.draft_tree: TreeShape | None = options.config.tree  # a fixed tree overrides k
         # where drafts come from while speculation is on: auto, eagle, ngram (none: off)
-        self.draft_source = options.draft_source
+        self.draft_source: str = options.config.draft_source
         self.temperature = options.temperature
         self.session = ChatSession(self.store, system=options.system)
-        self.speculation = options.draft_source != "none"
+        self.speculation = options.config.draft_source != "none"
         self.tint = False  # Markdown by default; ctrl+t shows where drafts were accepted
         self.generating = False
         self.switching = False  # another model is loading (/model)
@@ -171,7 +171,7 @@ class LocalspecApp(App[None]):
     async def on_mount(self) -> None:
         self._chat = ChatScreen(panel=bool(self.settings.get("stats_panel", True)))
         await self.push_screen(self._chat)
-        self.chat.set_status(f"loading {self.options.target or 'the default model'}...")
+        self.chat.set_status(f"loading {self.options.config.target or 'the default model'}...")
         self.chat.conversation.anchor()  # follow the stream until the user scrolls up
         self._frame_timer = self.set_interval(FRAME_S, self._frame, pause=True)
         self.load_engine()
@@ -224,7 +224,7 @@ class LocalspecApp(App[None]):
             note = f"{eng.draft_variant} drafter {os.path.basename(eng.draft_path)}"
         else:
             drafts = "n-gram drafts only" if self.speculation else "plain decoding"
-            found = " found next to the target" if self.options.draft is None else ""
+            found = " found next to the target" if self.options.config.draft is None else ""
             note = f"no drafter{found}: {drafts}"
         status = [os.path.basename(eng.target_path), note]
         if eng.chat_template_note:  # e.g. a model without a chat template gets ChatML
@@ -247,16 +247,18 @@ class LocalspecApp(App[None]):
         self.switching = True
         self.chat.prompt.disabled = True
         self.chat.set_status(f"loading {spec}...")
-        opts = dataclasses.replace(self.options, target=spec, draft=None)
+        config = dataclasses.replace(self.options.config, target=spec, draft=None)
+        opts = dataclasses.replace(self.options, config=config)
         # a daemon thread, not a worker: the app waits for its workers when it quits, and a
         # repo id may mean minutes of download
         threading.Thread(target=self._resolve, args=(opts,), daemon=True).start()
 
     def _resolve(self, opts: ChatOptions) -> None:
         """The target's local path (downloaded when a repo id is not cached), then the load."""
-        assert opts.target is not None
+        assert opts.config.target is not None
         try:  # no progress bars: they would draw over the app
-            opts.target = resolve_target(opts.target, log=lambda line: None, progress=False)
+            path = resolve_target(opts.config.target, log=lambda line: None, progress=False)
+            opts.config = dataclasses.replace(opts.config, target=path)
         except LocalspecError as exc:
             self.post_message(ModelSwitched(None, opts, str(exc)))
             return

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
-from localspec import SessionCache, TreeShape
+from localspec import EngineConfig, SessionCache
 
 if TYPE_CHECKING:  # the engine module loads libllama: imported only where it is used
     from localspec import Engine
@@ -16,14 +16,10 @@ SESSION_CACHE_BYTES = SessionCache.DEFAULT_MAX_BYTES
 
 @dataclass
 class ChatOptions:
-    target: str | None = None
-    draft: str | Literal[False] | None = None  # None: find one; False: none
-    n_draft: int | str = "auto"  # "auto": the cost model picks plain, a chain or a tree
-    tree: TreeShape | None = None  # a fixed draft tree instead
-    draft_source: str = "auto"  # "auto", "eagle", "ngram" or "none" (plain decoding)
-    n_gpu_layers: int = 0
-    n_threads: int | None = None
-    n_ctx: int = 4096
+    # the engine to load: target, drafter, speculation and how the parts run (the command
+    # line checked it before the app started); its draft_source and n_draft / tree are the
+    # first replies' (/source, /k and /tree change them)
+    config: EngineConfig = field(default_factory=EngineConfig)
     system: str = ""
     temperature: float = 0.0
     top_k: int = 0
@@ -32,22 +28,12 @@ class ChatOptions:
     seed: int | None = None
     context_overflow: str = "rolling"  # "rolling": drop the oldest turns; "stop": end there
     session_cache_bytes: int = SESSION_CACHE_BYTES  # 0: reopened conversations prefill again
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def default_engine_factory(o: ChatOptions) -> Engine:
-    from localspec import load
-
     # /source can turn EAGLE drafting on later: the chat loads the drafter found beside the
     # target whatever source it starts with (each reply names its own source), unless
     # --no-draft (draft=False) left it out
-    kw: dict[str, Any] = dict(
-        n_draft=o.n_draft,
-        tree=o.tree,
-        draft_source="auto" if o.draft_source in ("ngram", "none") else o.draft_source,
-        n_gpu_layers=o.n_gpu_layers,
-        n_threads=o.n_threads,
-        n_ctx=o.n_ctx,
-    )
-    kw.update(o.engine_kwargs)  # engine options beyond the common ones (tests: exact numerics)
-    return load(o.target, draft=o.draft, **kw)
+    source = o.config.draft_source
+    engine: Engine = o.config.load(draft_source="auto" if source in ("ngram", "none") else source)
+    return engine

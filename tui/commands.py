@@ -7,15 +7,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from localspec import DRAFT_SOURCES, MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
+from localspec.options import Spelling, check_source_shape
 
 from . import turn_actions
 from .store import HistoryError
 
 if TYPE_CHECKING:
-    from .app import LocalspecApp
+    from .host import ChatHost
 
 
-NGRAM_TREE = "fixed trees are drafted by the EAGLE drafter; n-gram drafts take /k"
+# the engine's rules (localspec.options) name what was asked for the way it was typed here
+COMMAND_SPELLING = Spelling(
+    n_draft="/k {}",
+    tree="/tree {0.depth},{0.top_k},{0.budget}",
+    draft_source="/source {}",
+    n_draft_name="/k",
+    no_drafts="/source none",
+)
 SOURCE_NOTES = {
     "auto": "the EAGLE drafter when loaded and the n-gram index, as the cost model picks",
     "eagle": "the EAGLE drafter only",
@@ -24,14 +32,12 @@ SOURCE_NOTES = {
 }
 
 
-def set_source(app: LocalspecApp, source: str) -> None:
+def set_source(app: ChatHost, source: str) -> None:
     """/source auto|eagle|ngram|none: where the next replies' drafts come from; none turns
     speculation off, the others on (ctrl+b still toggles it for an A/B)."""
     if source not in DRAFT_SOURCES:
         raise LocalspecError(f"one of {', '.join(DRAFT_SOURCES)}")
-    tree = app.draft_tree
-    if source == "ngram" and tree is not None and not tree.is_chain:
-        raise LocalspecError(f"{NGRAM_TREE}: /k auto or /k N first (now {tree})")
+    check_source_shape(source, app.draft_tree, COMMAND_SPELLING)
     app.draft_source = source
     app.speculation = source != "none"
     app.sub_title = "speculation on" if app.speculation else "speculation off"
@@ -44,7 +50,7 @@ def set_source(app: LocalspecApp, source: str) -> None:
         app.notify(f"draft source {source}: {SOURCE_NOTES[source]}")
 
 
-def run_command(app: LocalspecApp, line: str) -> None:
+def run_command(app: ChatHost, line: str) -> None:
     cmd, _, arg = line.partition(" ")
     arg = arg.strip()
     cid = app.session.conversation_id
@@ -57,8 +63,7 @@ def run_command(app: LocalspecApp, line: str) -> None:
             app.notify("draft: auto (cost model)" if k == "auto" else f"draft: chain k = {k}")
         elif cmd == "/tree":
             tree = TreeShape.parse(arg)
-            if app.draft_source == "ngram" and not tree.is_chain:
-                raise LocalspecError(NGRAM_TREE)
+            check_source_shape(app.draft_source, tree, COMMAND_SPELLING)
             app.draft_tree = tree
             app.notify(f"draft: fixed {app.draft_tree}")
         elif cmd == "/source":

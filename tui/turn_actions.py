@@ -13,10 +13,10 @@ from .code_blocks import code_blocks
 from .store import HistoryError
 
 if TYPE_CHECKING:
-    from .app import LocalspecApp
+    from .host import ChatHost
 
 
-def edit(app: LocalspecApp, n: int) -> None:
+def edit(app: ChatHost, n: int) -> None:
     """/edit N: put user turn N (1-based) in the prompt; sending replaces it."""
     turns = app.session.turns
     if not 1 <= n <= len(turns):
@@ -33,13 +33,13 @@ def edit(app: LocalspecApp, n: int) -> None:
     )
 
 
-def cancel_edit(app: LocalspecApp) -> None:
+def cancel_edit(app: ChatHost) -> None:
     app.end_edit()
     app.chat.prompt.value = ""
     app.notify("edit cancelled")
 
 
-def switch_version(app: LocalspecApp, index: int, version: int, *, prompt: bool = False) -> None:
+def switch_version(app: ChatHost, index: int, version: int, *, prompt: bool = False) -> None:
     """Show version `version` (1-based) of turn index's reply, or of its prompt (an edit
     and the turns after it); the conversation from that turn on follows it."""
     if app.generating:
@@ -67,11 +67,11 @@ def switch_version(app: LocalspecApp, index: int, version: int, *, prompt: bool 
     app.show_gauge()
 
 
-def copy(app: LocalspecApp, text: str, what: str) -> None:
+def copy(app: ChatHost, text: str, what: str) -> None:
     app.notify(copy_text(text, app.copy_to_clipboard, what))
 
 
-def copy_code(app: LocalspecApp, n: int | None = None) -> None:
+def copy_code(app: ChatHost, n: int | None = None) -> None:
     """/copy N: code block N (1-based) of the last reply; None: its last block."""
     blocks = code_blocks(app.last_reply)
     if not blocks:
@@ -83,7 +83,7 @@ def copy_code(app: LocalspecApp, n: int | None = None) -> None:
     copy(app, blocks[i - 1].code, f"code block {i} of {len(blocks)}")
 
 
-def step_version(app: LocalspecApp, step: int) -> None:
+def step_version(app: ChatHost, step: int) -> None:
     """f2 / f3: the previous or next version of the last reply."""
     turns = app.session.turns
     if not turns:
@@ -97,7 +97,7 @@ def step_version(app: LocalspecApp, step: int) -> None:
     switch_version(app, len(turns) - 1, version)
 
 
-def branch(app: LocalspecApp, arg: str) -> None:
+def branch(app: ChatHost, arg: str) -> None:
     """/branch N [K]: user turn N shows its edit K (default: the next one, cycling), with the
     conversation that followed it."""
     n, _, k = arg.partition(" ")

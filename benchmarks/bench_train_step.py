@@ -24,6 +24,9 @@ import numpy as np
 import torch
 
 from localspec.files.discovery import default_target
+from localspec.training import config as C
+from localspec.training import losses as L
+from localspec.training import targets as TG
 from localspec.training import trainer as T
 
 
@@ -48,9 +51,9 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="ls-bench-step-")
     try:
         os.symlink(os.path.abspath(a.data), os.path.join(work, "data"))
-        cfg = T.TrainConfig(batch_tokens=a.batch_tokens, threads=a.threads, eval_batches=1)
+        cfg = C.TrainConfig(batch_tokens=a.batch_tokens, threads=a.threads, eval_batches=1)
         target = default_target()
-        taps = T.default_taps(T.target_info(target).n_layer)
+        taps = TG.default_taps(TG.target_info(target).n_layer)
         tr = T.Trainer(target, work, cfg, taps, log=lambda m: None)
         order = np.random.default_rng(0).permutation(len(tr.train_data.windows))
         batches = tr.train_data.batches(order)[: a.steps + 1]
@@ -61,10 +64,10 @@ def main() -> None:
         for i, b in enumerate(batches):
             t = tr.train_data.tensors(b, "cpu")
             for mode in ("fused", "plain") if i % 2 else ("plain", "fused"):
-                T.fused_head_ce = T_FUSED if mode == "fused" else plain_head_ce  # type: ignore[assignment]
+                L.fused_head_ce = T_FUSED if mode == "fused" else plain_head_ce  # type: ignore[assignment]
                 t0 = time.perf_counter()
                 with tr._autocast():
-                    loss, _, counted = T.step_losses(models[mode], t, cfg.steps_unrolled)
+                    loss, _, counted = L.step_losses(models[mode], t, cfg.steps_unrolled)
                 opts[mode].zero_grad(set_to_none=True)
                 loss.backward()
                 opts[mode].step()
@@ -72,7 +75,7 @@ def main() -> None:
                     times[mode].append(time.perf_counter() - t0)
             if i:
                 rows.append(int(counted[0].sum()))
-        T.fused_head_ce = T_FUSED  # type: ignore[assignment]
+        L.fused_head_ce = T_FUSED  # type: ignore[assignment]
         med_rows = statistics.median(rows)
         print(
             f"precision {tr.precision}, {a.threads} thread(s), {a.steps} steps of "
@@ -94,7 +97,7 @@ def _copy(model: Any) -> Any:
     return copy.deepcopy(model)
 
 
-T_FUSED = T.fused_head_ce
+T_FUSED = L.fused_head_ce
 
 if __name__ == "__main__":
     main()

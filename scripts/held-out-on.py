@@ -18,7 +18,7 @@ import sys
 
 from localspec.errors import LocalspecError
 from localspec.files.discovery import default_target
-from localspec.training.trainer import estimate_on
+from localspec.training.evaluation import estimate_on
 
 
 def main() -> None:

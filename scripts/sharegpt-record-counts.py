@@ -12,7 +12,7 @@ from localspec.datasets import Unusable, records
 from localspec.files.discovery import default_target
 from localspec.runtime.target import Target
 from localspec.training.features import FeatureConfig, FeatureWriter
-from localspec.training.trainer import default_taps, target_info
+from localspec.training.targets import default_taps, target_info
 
 
 def main() -> None:

@@ -8,19 +8,12 @@ from itertools import chain
 
 from ..datasets import records
 from ..errors import InvalidParameterError
+from .checkpoints import load_parent
+from .config import STATE, TrainConfig, TrainResult, check_config, check_resumable
+from .data import build_features
 from .features import DataReport, FeatureConfig, Manifest, data_folder
-from .trainer import (
-    STATE,
-    TrainConfig,
-    Trainer,
-    TrainResult,
-    build_features,
-    check_config,
-    check_resumable,
-    default_taps,
-    load_parent,
-    target_info,
-)
+from .targets import default_taps, target_info
+from .trainer import Trainer
 
 __all__ = ["DataReport", "FeatureConfig", "TrainConfig", "TrainResult", "data_folder", "train"]
 

@@ -54,7 +54,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
-from localspec import _native as N  # noqa: E402
+from localspec import native as N  # noqa: E402
 from localspec.bench import BenchPrompt, load_prompt_set  # noqa: E402
 from localspec.native.hardware import cpu_extra_buffers  # noqa: E402
 
@@ -579,7 +579,7 @@ def main() -> int:
 
     target = args.target
     if target is None:
-        import realmodels
+        from helpers import realmodels
 
         target = realmodels.real_target_path(realmodels.QWEN25_CODER)
         if target is None:

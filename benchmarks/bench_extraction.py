@@ -31,8 +31,9 @@ from localspec.datasets import Record, Unusable, records
 from localspec.files.discovery import default_target
 from localspec.options import RuntimeOptions
 from localspec.runtime.target import Target
+from localspec.training.data import build_features
 from localspec.training.features import FeatureConfig, FeatureWriter
-from localspec.training.trainer import build_features, default_taps, target_info
+from localspec.training.targets import default_taps, target_info
 
 
 def pick_records(n: int, skip: int) -> list[Record]:

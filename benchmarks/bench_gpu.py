@@ -3,7 +3,7 @@ what speculation gains where verifying k tokens costs about what one does.
 
 The target has Qwen2.5-1.5B's shape (1536 wide, 28 layers, 12/2 heads, FFN 8960) as llama
 Q4_K_M with zero weights, so a decode costs what the real model's does while its output is
-known: it counts letters (tests/tinymodels.write_agreeing_pair). Two drafters bound what a
+known: it counts letters (tests/helpers/tinymodels.write_agreeing_pair). Two drafters bound what a
 real drafter gives: one that always agrees (acceptance 1) and a random one (never accepted).
 In one run, with every layer on the GPU:
 
@@ -38,13 +38,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_graph_taps import GRAPH_OFF, decode_costs, show_switch, switch_costs  # noqa: E402
 
 import localspec  # noqa: E402
-from localspec import _native as N  # noqa: E402
-from localspec import costmodel as cm  # noqa: E402
+from localspec import native as N  # noqa: E402
+from localspec.auto import costmodel as cm  # noqa: E402
 from localspec.lowlevel import draft_costs, hold, parts, verify_curve  # noqa: E402
 from localspec.runtime.taps import GRAPH, STAGING  # noqa: E402
 from localspec.speculation.tree import TreeShape  # noqa: E402
 
-import tinymodels as tm  # noqa: E402
+from helpers import tinymodels as tm  # noqa: E402
 
 SHAPES = {
     "qwen2.5-1.5b": tm.TargetShape(

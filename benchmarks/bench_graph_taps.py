@@ -24,14 +24,14 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
-from localspec import _native as N  # noqa: E402
+from localspec import native as N  # noqa: E402
 from localspec.files.discovery import default_target  # noqa: E402
 from localspec.lowlevel import verify_curve  # noqa: E402
 from localspec.options import RuntimeOptions  # noqa: E402
 from localspec.runtime.taps import GRAPH, STAGING  # noqa: E402
 from localspec.runtime.target import Target  # noqa: E402
 
-import tinymodels as tm  # noqa: E402
+from helpers import tinymodels as tm  # noqa: E402
 
 # a callback-tapped target with its taps off (auto asleep, n_draft=0): localspec removes the
 # callback then, so this should cost what no taps cost
@@ -186,7 +186,7 @@ def main() -> None:
         ),
     )
     show_switch("smollm2 (llama)", switch_costs(smol, TAPS_OF["smollm2"], args.threads))
-    import realmodels  # needs pytest: only here, so bench_gpu runs without it
+    from helpers import realmodels  # needs pytest: only here, so bench_gpu runs without it
 
     qwen = realmodels.real_target_path(realmodels.QWEN25_CODER)
     if qwen is None:

@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import localspec  # noqa: E402
 
-from greedy import QUANT_MARGIN, replay_plain_greedy  # noqa: E402
-from realmodels import QWEN25_CODER, real_target_path  # noqa: E402
+from helpers.greedy import QUANT_MARGIN, replay_plain_greedy  # noqa: E402
+from helpers.realmodels import QWEN25_CODER, real_target_path  # noqa: E402
 
 # a conversation whose history passes 1k tokens by the last turn (with ~200-token replies)
 TURNS = [

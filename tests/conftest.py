@@ -1,13 +1,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-import tinymodels as tm  # noqa: E402
+from helpers import tinymodels as tm
 
 
 def _reference_model_params():  # type: ignore[no-untyped-def]
@@ -79,7 +76,7 @@ def agree(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def trained_relay(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The relay target and drafters trained for it by `localspec train` (both variants)."""
     pytest.importorskip("torch")
-    from trained import train_relay_drafters
+    from helpers.trained import train_relay_drafters
 
     return train_relay_drafters(str(tmp_path_factory.mktemp("relay")))
 

@@ -405,7 +405,7 @@ def main() -> None:
     print(f"stream: {len(stream)} tokens, {len(set(stream))} distinct; max_n {args.max_n}")
     n = args.max_n
     candidates: list[tuple[str, Callable[[], Any]]] = [
-        ("(a) lazy n-gram trie (ngram.py)", lambda: NGramIndex(max_n=n)),
+        ("(a) lazy n-gram trie (ngram_index.py)", lambda: NGramIndex(max_n=n)),
         ("(a0) every n-gram held", lambda: EveryGram(max_n=n)),
         ("(b) suffix automaton", SuffixAutomaton),
         ("(c) numpy scan", lambda: NumpyScan(max_n=n)),

@@ -9,17 +9,30 @@ import warnings
 from collections.abc import Callable
 
 
-def forward(old: str, new: str) -> Callable[[str], object]:
-    """A module ``__getattr__`` for the shim at ``old`` that hands out ``new``'s names."""
+def moved(old: str, new: str) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The module ``__getattr__`` and ``__dir__`` for the shim at ``old``: it hands out
+    ``new``'s names (``from old import *`` included), each with a DeprecationWarning, and
+    lists them."""
 
-    def __getattr__(name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
+    def public() -> list[str]:
+        module = importlib.import_module(new)
+        names = getattr(module, "__all__", None)
+        return sorted(names if names is not None else (n for n in vars(module) if n[0] != "_"))
+
+    def warn() -> None:
         warnings.warn(
             f"{old} moved to {new}; the old path is removed in localspec 0.2",
             DeprecationWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
+
+    def __getattr__(name: str) -> object:
+        if name == "__all__":  # from old import *
+            warn()
+            return public()
+        if name.startswith("__"):
+            raise AttributeError(name)
+        warn()
         return getattr(importlib.import_module(new), name)
 
-    return __getattr__
+    return __getattr__, public

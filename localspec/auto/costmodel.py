@@ -71,9 +71,9 @@ CALIBRATION_REPS = 3
 class VerifyCurve:
     """t(n), seconds for one target decode of n tokens with logits on every row, modelled as a
     base t(1) that follows the context's growth and a shape t(n)/t(1), each a low quantile of
-    its recent observations (_Recent). times: calibrated decode times per batch size (best of
-    CALIBRATION_REPS each). Sizes between measured ones are interpolated; ``max_measured`` is
-    the largest size ever measured, beyond which auto does not plan."""
+    its recent observations (estimators.Recent). times: calibrated decode times per batch
+    size (best of CALIBRATION_REPS each). Sizes between measured ones are interpolated;
+    ``max_measured`` is the largest size ever measured, beyond which auto does not plan."""
 
     def __init__(self, times: dict[int, float]) -> None:
         # a decode of more rows never costs less than one of fewer: a calibrated time above a

@@ -1,7 +1,7 @@
 """The shape of a draft: how deep, how wide and how many nodes (a chain is a tree of width 1).
 
-Draft trees are drafted by the EAGLE source (eagle_source.py) and the n-gram source
-(ngram_source.py), verified in one target decode (target.py) and accepted by one walk
+Draft trees are drafted by the EAGLE source (sources/eagle.py) and the n-gram source
+(sources/ngram.py), verified in one target decode (runtime/target.py) and accepted by one walk
 (verify.py).
 """
 

@@ -219,3 +219,8 @@ def test_module_paths_the_docs_named_keep_working_with_a_warning(
     assert got is getattr(moved, name)
     with pytest.raises(AttributeError), pytest.warns(DeprecationWarning):
         shim.no_such_name  # noqa: B018
+    assert name in dir(shim)  # completion and help() list the names that still work
+    names: dict[str, object] = {}
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        exec(f"from {old} import *", names)  # noqa: S102
+    assert names[name] is getattr(moved, name)

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .errors import InvalidParameterError, ModelFileError
+from .errors import InvalidParameterError
+from .files.model_path import check_model_file
+from .native.cache_types import KV_TYPES, QUANTIZED_KV
 from .native.hardware import physical_cores
 
 if TYPE_CHECKING:
     from .speculation.tree import TreeShape
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
-QUANTIZED_KV = ("q8_0", "q4_0")  # the K and V caches take the same type
 NDraft = int | Literal["auto"]
 MAX_DRAFT = 32
 DraftSource = Literal["auto", "eagle", "ngram", "none"]
@@ -191,24 +191,6 @@ def no_drafter_note(draft: Any, draft_source: DraftSource) -> str:
         return "no EAGLE drafter (draft=False)"
     what = "drafts from the context only" if draft_source == "ngram" else "is plain decoding"
     return f"no EAGLE drafter loaded (draft source {draft_source} {what})"
-
-
-def check_model_file(path: str, role: str | None = None) -> None:
-    """ModelFileError for a model path that is not a file: missing, or a folder (which is
-    named as one, with the GGUF files it holds). role: "target" or "drafter"."""
-    if os.path.isfile(path):
-        return
-    if not os.path.isdir(path):
-        raise ModelFileError(f"no such file: {path}")
-    try:
-        ggufs = sorted(n for n in os.listdir(path) if n.lower().endswith(".gguf"))
-    except OSError:
-        ggufs = []
-    held = f" (it holds {', '.join(ggufs[:4])}{', ...' if len(ggufs) > 4 else ''})" if ggufs else ""
-    what = f"the {role}'s" if role else "a"
-    raise ModelFileError(
-        f"{path} is a folder, not a GGUF file: give {what} .gguf file itself{held}"
-    )
 
 
 def check_max_tokens(value: Any, *, least: int = 0) -> int:

@@ -11,7 +11,7 @@ import gguf
 import numpy as np
 
 from ..errors import ModelFileError
-from ..options import check_model_file
+from ..files.model_path import check_model_file
 from .library import _bind_c, _vp, clear_log, last_errors
 
 # --- GGUF headers through ggml's own C reader ------------------------------------------------

@@ -8,11 +8,10 @@ import os
 from time import perf_counter
 from typing import Any
 
-import gguf
 import numpy as np
 
 from ..errors import GenerationError, ModelFileError
-from ..options import KV_TYPES
+from .cache_types import GGML_CACHE_TYPE
 from .graph_taps import GraphTaps, _callback_slot, _fn_address
 from .hardware import cpu_extra_buffers
 from .library import (
@@ -37,12 +36,6 @@ from .library import (
     set_embeddings_layer_inp,
     set_embeddings_nextn,
 )
-
-# --- ggml types for KV caches, by the names options.KV_TYPES lists -------------------------
-
-_Q = gguf.GGMLQuantizationType
-_GGML_TYPE = dict(zip(KV_TYPES, (_Q.F32, _Q.F16, _Q.BF16, _Q.Q8_0, _Q.Q4_0), strict=True))
-
 
 # --- owners of native handles ----------------------------------------------------------------
 
@@ -210,8 +203,8 @@ class NativeContext:
         params.n_seq_max = n_seq_max
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
-        params.type_k = _GGML_TYPE[kv_type]
-        params.type_v = _GGML_TYPE[kv_type]
+        params.type_k = GGML_CACHE_TYPE[kv_type]
+        params.type_v = GGML_CACHE_TYPE[kv_type]
         params.kv_unified = kv_unified
         params.no_perf = True
         # a sliding-window cache prunes cells that fall out of the window; keep them all, so

@@ -603,15 +603,13 @@ class Engine:
             mode, _ = self._mode(None, None)
             if not sched.calibration_needed(mode, sched.recalibrate):
                 return False
-        rows, widths = sched.calibration_request(self._target.n_batch)
-        cal = self._state.calibrate(
+        cal = sched.calibrate(
+            self._state,
             self._rt,
-            max_rows=rows,
-            top_ks=widths,
-            recalibrate=sched.recalibrate or sched.retime,
+            self._target.n_batch,
+            recalibrate=sched.recalibrate,
             progress=progress,
         )
-        sched.calibrated(cal)
         sched.recalibrate = False
         return cal.measured
 

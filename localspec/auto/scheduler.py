@@ -7,8 +7,9 @@ generation loop carries out its plans on the SpecState."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..speculation.drafttree import EAGLE, NGRAM
 from ..speculation.plan import StepPlan
@@ -18,6 +19,10 @@ from .calibration import Calibration, OtherLoad
 from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan
 from .sourcechoice import MAX_NGRAM_DEPTH, NGramOffer, SourceChoice
 from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from ..options import RuntimeOptions
+    from ..speculation.specstate import SpecState
 
 WAKE_AFTER = 256  # tokens a dormant drafter sleeps at least before a probe may wake it
 SLEEP_AFTER = 64  # steps without an EAGLE draft after which a fed drafter sleeps at the latest
@@ -135,6 +140,28 @@ class Scheduler:
         rows = max(self.max_tree, MAX_DEPTH, MAX_NGRAM_DEPTH) + 1
         widths = tuple(k for k in TOP_KS if k == 1 or k <= self.max_top_k)
         return min(n_batch, rows), widths if self.has_drafter else ()
+
+    def calibrate(
+        self,
+        state: SpecState,
+        rt: RuntimeOptions,
+        n_batch: int,
+        *,
+        recalibrate: bool,
+        progress: Callable[[float], None] | None = None,
+    ) -> Calibration:
+        """Time this machine for what auto plans (or read the stored timing), then price
+        steps from it: the one way a generation's start and Engine.calibrate take it."""
+        rows, widths = self.calibration_request(n_batch)
+        cal = state.calibrate(
+            rt,
+            max_rows=rows,
+            top_ks=widths,
+            recalibrate=recalibrate or self.retime,
+            progress=progress,
+        )
+        self.calibrated(cal)
+        return cal
 
     def calibrated(self, cal: Calibration) -> None:
         """Price steps from this calibration. What was learnt of acceptance is kept when the

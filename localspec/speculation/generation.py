@@ -102,14 +102,9 @@ class Generation:
         state, sched = parts.state, parts.scheduler
         if sched.calibration_needed(self.mode, self.recalibrate):
             wall = parts.probe.now()[0]
-            max_rows, widths = sched.calibration_request(parts.target.n_batch)
-            cal = state.calibrate(
-                parts.rt,
-                max_rows=max_rows,
-                top_ks=widths,
-                recalibrate=self.recalibrate or sched.retime,
+            cal = sched.calibrate(
+                state, parts.rt, parts.target.n_batch, recalibrate=self.recalibrate
             )
-            sched.calibrated(cal)
             if cal.measured:  # not when read from the disk cache
                 self.stats.t_calibrate = parts.probe.now()[0] - wall
         sched.start(self.mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import pathlib
@@ -15,6 +16,7 @@ import gguf
 import pytest
 from textual.widgets import Markdown
 
+import localspec
 from localspec import EngineConfig
 from localspec.errors import LocalspecError
 from localspec.tui.app import ChatOptions, LocalspecApp, default_engine_factory
@@ -494,12 +496,31 @@ async def test_read_only_or_full_database_does_not_crash(agree, tmp_path, how) -
             assert any("cannot rename" in n for n in notes(app))
 
 
-def test_tui_does_not_reach_into_the_drafter() -> None:
-    """The app never reads the drafter's spec. Which modules front-ends may import (the
-    public names, and the configuration rules every front-end shares) is one rule for the
-    CLI, the server and the app: tests/api/test_public_api.py."""
+# beside localspec's exports, the app may take the request rules every front-end shares
+# (the chat's commands refuse what the engine would, in their own words)
+SHARED_RULES = {"localspec.options": {"Spelling", "check_source_shape"}}
+
+
+def test_tui_uses_only_the_public_api() -> None:
+    """The app imports only names `localspec` exports (and the shared request rules), and
+    does not reach into the drafter."""
     for path in TUI.rglob("*.py"):
-        assert not re.search(r"\.spec\b", path.read_text()), path
+        source = path.read_text()
+        assert not re.search(r"\.spec\b", source), path
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] == "localspec":
+                    allowed = (
+                        set(localspec.__all__)
+                        if node.module == "localspec"
+                        else SHARED_RULES.get(node.module)
+                    )
+                    assert allowed is not None, (path, node.module)
+                    for alias in node.names:
+                        assert alias.name in allowed, (path, node.module, alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith("localspec."), (path, alias.name)
 
 
 async def test_side_panel_labels_never_truncate(agree, tmp_path) -> None:

@@ -36,9 +36,10 @@ from .text.context_fit import (
 )
 
 if TYPE_CHECKING:  # the lazy names below, typed for type checkers
+    from .config import EngineConfig
     from .converters.convert import convert
     from .engine import DRAFT_SOURCES, MAX_DRAFT, Completion, Engine, Event, load
-    from .options import EngineConfig, RuntimeOptions
+    from .options import RuntimeOptions
     from .speculation.sampling import SamplingParams
     from .speculation.tree import TreeShape
 
@@ -91,10 +92,14 @@ def __getattr__(name: str) -> object:
         from . import engine
 
         return getattr(engine, name)
-    if name in ("EngineConfig", "RuntimeOptions"):
-        from . import options
+    if name == "EngineConfig":
+        from .config import EngineConfig
 
-        return getattr(options, name)
+        return EngineConfig
+    if name == "RuntimeOptions":
+        from .options import RuntimeOptions
+
+        return RuntimeOptions
     if name == "SamplingParams":
         from .speculation.sampling import SamplingParams
 

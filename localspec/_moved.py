@@ -36,3 +36,21 @@ def moved(old: str, new: str) -> tuple[Callable[[str], object], Callable[[], lis
         return getattr(importlib.import_module(new), name)
 
     return __getattr__, public
+
+
+def moved_names(old: str, names: dict[str, str]) -> Callable[[str], object]:
+    """The module ``__getattr__`` for a module ``old`` some of whose names moved: each name in
+    ``names`` is handed out from its new module with a DeprecationWarning."""
+
+    def __getattr__(name: str) -> object:
+        new = names.get(name)
+        if new is None:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{old}.{name} moved to {new}.{name}; the old path is removed in localspec 0.2",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(new), name)
+
+    return __getattr__

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import native as N
-from .auto.scheduler import Mode, Scheduler
+from .auto.scheduler import Scheduler
 from .errors import (
     ContextFullError,
     GenerationError,
@@ -28,10 +28,10 @@ from .errors import (
 )
 from .files.discovery import default_target, find_drafter
 from .files.gguf_keys import RECURRENT_ARCHS
+from .files.model_path import check_model_file
 from .options import (
     DRAFT_SOURCES,
     MAX_DRAFT,
-    Drafting,
     DraftSource,
     NDraft,
     RuntimeOptions,
@@ -39,13 +39,9 @@ from .options import (
     check_flash_attn,
     check_int,
     check_max_tokens,
-    check_model_file,
     check_n_draft,
     check_stops,
     check_tree,
-    draft_mode,
-    loads_drafter,
-    no_drafter_note,
 )
 from .runtime import session_state
 from .runtime.clocks import cost_clock
@@ -54,6 +50,7 @@ from .runtime.drafter_spec import DrafterSpec
 from .runtime.parts import Parts
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
+from .speculation.mode import Drafting, Mode, draft_mode, loads_drafter, no_drafter_note
 from .speculation.plan import StepPlan
 from .speculation.probe import Probe
 from .speculation.sampling import SamplingParams
@@ -258,7 +255,7 @@ class Engine:
 
     @property
     def drafting(self) -> Drafting:
-        """What this engine can draft with: the facts options.draft_mode reads (the command
+        """What this engine can draft with: the facts speculation.mode.draft_mode reads (the command
         line names its notes with its own flags from them)."""
         return Drafting(
             can_draft=self._can_draft,
@@ -684,7 +681,7 @@ class Engine:
         self, n_draft: NDraft | None, tree: Any, draft_source: Any = None
     ) -> tuple[Mode, list[str]]:
         """The mode a call runs, and a note for each part of the request it cannot honour
-        (options.draft_mode: the rules the command line shares). A call's n_draft, tree and
+        (speculation.mode.draft_mode: the rules the command line shares). A call's n_draft, tree and
         draft_source replace the engine's; its n_draft alone replaces the engine's tree too."""
         k = self._n_draft if n_draft is None else check_n_draft(n_draft)
         shape = check_tree(tree) if tree is not None else (self._tree if n_draft is None else None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from localspec import DRAFT_SOURCES, MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
-from localspec.options import Spelling, check_source_shape
+from localspec.speculation.mode import Spelling, check_source_shape
 
 from . import turn_actions
 from .store import HistoryError

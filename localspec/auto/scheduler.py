@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..speculation.drafttree import EAGLE, NGRAM
+from ..speculation.mode import Mode
 from ..speculation.plan import StepPlan
 from ..speculation.probe import StepCosts
 from ..speculation.tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
@@ -42,39 +43,6 @@ QUIET_STEPS = 16  # plain steps a sleeping drafter's plan is reused for, unplann
 QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
 RETIME_AFTER_S = 60.0  # a calibration timed on a busy machine: how often to look for quiet
 RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each noisy one)
-
-
-@dataclass(frozen=True)
-class Mode:
-    """What a call asked for: plain decoding, a fixed chain or tree, or auto; and from which
-    sources it may draft."""
-
-    kind: Literal["plain", "chain", "tree", "auto"]
-    shape: TreeShape | None = None  # the fixed chain or tree
-    sources: frozenset[str] = field(default_factory=lambda: frozenset({EAGLE}))
-
-    def __str__(self) -> str:
-        if self.shape is not None:
-            return f"ngram {self.shape}" if self.sources == {NGRAM} else str(self.shape)
-        if self.kind == "auto" and self.sources != {EAGLE, NGRAM}:
-            return f"auto ({', '.join(sorted(self.sources))})"
-        return self.kind
-
-    @property
-    def drafts(self) -> bool:
-        return self.kind != "plain"
-
-    @property
-    def feeds_drafter(self) -> bool:
-        return self.drafts and EAGLE in self.sources
-
-    @property
-    def rejection_sampling(self) -> bool:
-        """Fixed EAGLE chains sample by rejection sampling (it accepts more; the text for a
-        seed then depends on K); trees, even top-1 ones, n-gram drafts and auto accept by the
-        target's own position-keyed draws, so their text for a seed never depends on the
-        shapes run."""
-        return self.kind == "chain" and EAGLE in self.sources
 
 
 class Scheduler:

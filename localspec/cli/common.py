@@ -10,19 +10,17 @@ import sys
 import time
 from typing import Any, Literal
 
+from ..config import EngineConfig
 from ..errors import InvalidParameterError, LocalspecError
 from ..files.session_cache import DEFAULT_MAX_BYTES
 from ..options import (
     DRAFT_SOURCES,
     KV_TYPES,
-    EngineConfig,
     RuntimeOptions,
-    Spelling,
     check_flash_attn,
     check_max_tokens,
-    check_source_shape,
-    draft_mode,
 )
+from ..speculation.mode import Spelling, check_source_shape, draft_mode
 from ..text.context_fit import OVERFLOW_POLICIES
 
 TARGET_HELP = (
@@ -222,7 +220,7 @@ def shape_args(args: argparse.Namespace) -> Any:
 
 
 def flag_spelling(args: argparse.Namespace) -> Spelling:
-    """The shared rules' notes and errors (options.draft_mode), named by the flags typed."""
+    """The shared rules' notes and errors (speculation.mode.draft_mode), in the flags typed."""
     return Spelling(
         n_draft="-k {}",
         tree="--tree {0.depth},{0.top_k},{0.budget}",

@@ -8,11 +8,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from ..auto.scheduler import Mode
 from ..errors import GenerationError
 from ..stats import Stats
 from ..text.textstream import TextStream
 from .drafttree import EAGLE, DraftTree
+from .mode import Mode
 from .plan import StepPlan
 from .probe import StepCosts
 from .sampling import Draws, SamplingParams

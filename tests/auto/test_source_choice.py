@@ -13,9 +13,10 @@ import localspec
 from localspec.auto import costmodel as cm
 from localspec.auto import estimators as est
 from localspec.auto.costmodel import Plan
-from localspec.auto.scheduler import Mode, Scheduler
+from localspec.auto.scheduler import Scheduler
 from localspec.auto.sourcechoice import MATCH_BUCKETS, Choice, SourceChoice, bucket
 from localspec.speculation.drafttree import NGRAM
+from localspec.speculation.mode import Mode
 from localspec.speculation.sources.ngram import ALT_LEN, NGramOffer
 from localspec.speculation.tree import TreeShape
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec.auto.scheduler import Mode
 from localspec.errors import InvalidParameterError
 from localspec.lowlevel import parts
 from localspec.speculation.generation import Generation
+from localspec.speculation.mode import Mode
 from localspec.speculation.plan import StepPlan
 from localspec.speculation.sampling import SamplingParams
 from localspec.speculation.sources.eagle import _top

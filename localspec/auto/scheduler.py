@@ -60,8 +60,11 @@ class Scheduler:
         self.recalibrate = False
         self.choice: SourceChoice | None = None
         self.mode = Mode("plain")
-        self.dormant = False  # auto: the drafter is not fed (taps off) while nothing pays
-        self._asleep_for: str | None = None  # why it is (HOPELESS, IDLE or OPTIONS)
+        # auto's wish for the drafter: asleep (unfed) and why (HOPELESS, IDLE or OPTIONS), or
+        # None (fed). Plans and feeds_drafter say it; the SpecState applies it and owns "fed".
+        # Kept from call to call: fixed-shape calls in between feed the drafter but leave
+        # auto's judgement alone.
+        self.asleep: str | None = None
         self._since_sleep = WAKE_AFTER  # auto's tokens since the drafter was put to sleep
         self._eagle_idle = 0  # auto's steps in a row without an EAGLE draft while it was fed
         self._idle_tax = 0.0  # what staying fed cost over those steps (the ready tax each)
@@ -166,17 +169,22 @@ class Scheduler:
         if mode.kind != "auto":
             return
         if EAGLE not in mode.sources or not self.has_drafter:
-            self.dormant, self._asleep_for = True, OPTIONS
-        elif self.dormant and self._asleep_for != OPTIONS:
+            self.asleep = OPTIONS
+        elif self.asleep not in (None, OPTIONS):
             pass  # asleep by auto's own judgement: it sleeps on until a draft is due
         elif self.cost is not None and self.cost.hopeless:
             # asleep from the call's start: a probe is due WAKE_AFTER tokens from now at
             # the earliest, as for a drafter put to sleep by a step
-            self.dormant, self._asleep_for = True, HOPELESS
+            self.asleep = HOPELESS
             self._since_sleep = 0
             self._plain_at_sleep = self.cost.plain[False].n
         else:
-            self.dormant, self._asleep_for = False, None
+            self.asleep = None
+
+    @property
+    def dormant(self) -> bool:
+        """auto wants the drafter unfed."""
+        return self.asleep is not None
 
     @property
     def feeds_drafter(self) -> bool:
@@ -233,11 +241,11 @@ class Scheduler:
             eagle = self.cost.plan(budget, fed=not self.dormant)
             room = min(budget, max(free_cells - 1, 0))
             if self.dormant and eagle.shape is not None and self._wakes(eagle, offer, room):
-                self.dormant, self._asleep_for = False, None  # taps on: this step's first pair
+                self.asleep = None  # taps on: this step's first pair
                 self._cycle, self._cycle_steps = 0.0, 0
                 return self._ngram_only(budget, free_cells, offer, wake=True)
             if not self.dormant and eagle.shape is None and self.cost.hopeless:
-                self.dormant, self._asleep_for = True, HOPELESS
+                self.asleep = HOPELESS
                 self._since_sleep = 0
                 self._plain_at_sleep = self.cost.plain[False].n
                 return self._ngram_only(budget, free_cells, offer, sleep=True)
@@ -258,7 +266,7 @@ class Scheduler:
         paid = self._idle_tax > 0 and self._idle_tax >= self.cost.rewake_cost()
         tired = (paid and self._eagle_idle >= SLEEP_MIN) or self._eagle_idle >= SLEEP_AFTER
         if tired and self.has_drafter and not self.dormant:
-            self.dormant, self._asleep_for = True, IDLE
+            self.asleep = IDLE
             self._since_sleep = 0
             self._plain_at_sleep = self.cost.plain[False].n
             self._eagle_idle, self._idle_tax = 0, 0.0
@@ -273,8 +281,7 @@ class Scheduler:
         tens of microseconds a step, a share of a GPU's plain step that auto with a useless
         drafter must not pay."""
         return (
-            self.dormant
-            and self._asleep_for in (HOPELESS, OPTIONS)
+            self.asleep in (HOPELESS, OPTIONS)
             and NGRAM not in self.mode.sources
             and plan.eagle is None
             and not (plan.ngram or plan.wake or plan.sleep)
@@ -293,7 +300,7 @@ class Scheduler:
         towards the prior as the old evidence fades, and a moving cost estimate must not flip
         it on and off (the margin is the hysteresis)."""
         assert self.cost is not None and self.choice is not None
-        if self._asleep_for == IDLE and not eagle.explore:
+        if self.asleep == IDLE and not eagle.explore:
             if NGRAM not in self.mode.sources:
                 offer = None
             return self.choice.choose(eagle, offer, budget).eagle.shape is not None

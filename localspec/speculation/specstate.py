@@ -41,11 +41,17 @@ class SpecState:
         self.eagle = EagleSource(drafter) if drafter is not None else None
         self.ngram = NGramSource()
         self.probe = probe
-        self.fed = False  # the drafter is fed this call (taps on, pairs queued every step)
         self.indexing = False  # the n-gram index follows this call's stream
         self._pending_taps: np.ndarray | None = None  # the prompt's taps, until `chosen`
         self._prompt: list[int] = []
         self._keep = 0
+
+    @property
+    def fed(self) -> bool:
+        """Whether the drafter is fed (taps on, its pairs queued every step). Stored once, as
+        the target's tap switch; this state is what turns it, at a call's start and when a
+        plan wakes the drafter or puts it to sleep (the scheduler only asks)."""
+        return self.drafter is not None and self.target.taps_active
 
     # --- the prompt --------------------------------------------------------------------------
 
@@ -67,9 +73,8 @@ class SpecState:
         index: the n-gram index follows this call's stream (it catches up when a later call
         needs it)."""
         tgt, dft = self.target, self.drafter
-        self.fed = feed and dft is not None
         self.indexing = index
-        tgt.set_taps_active(self.fed)
+        tgt.set_taps_active(feed and dft is not None)
         keep = tgt.reusable(tokens)
         if dft is not None:
             # the drafter's pairs may end earlier (after plain or dormant calls, a wake, or an
@@ -172,14 +177,12 @@ class SpecState:
 
     def sleep(self) -> None:
         """Stop feeding the drafter: taps off, no pairs queued."""
-        self.fed = False
         self.target.set_taps_active(False)
 
     def wake(self) -> None:
         """Feed the drafter again: its cache restarts at the current position (it has no taps
         for the steps in between); this step's verify produces its first pair."""
         assert self.drafter is not None
-        self.fed = True
         self.target.set_taps_active(True)
         self.drafter.restart(self.target.n)
 

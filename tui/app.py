@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import LoadingIndicator
 from textual.worker import get_current_worker
 
-from localspec import LocalspecError, TreeShape, context_use, fit_messages, resolve_target
+from localspec import LocalspecError, context_use, fit_messages, resolve_target
 
 from . import turn_actions
 from .app_messages import (
@@ -40,6 +41,7 @@ from .commands import run_command
 from .frame_budget import FrameBudget
 from .generation import ReplyOutcome, ReplyRequest, stream_reply
 from .reply_buffer import ReplyBuffer
+from .reply_settings import ReplySettings
 from .saved_states import SavedStates
 from .screens.chat import PANEL_MIN, ChatScreen
 from .screens.conversations import ConversationsScreen, OpenRequest
@@ -118,6 +120,9 @@ class LocalspecApp(App[None]):
         ("ctrl+q", "quit"),
     ]
 
+    # how the next replies are made; commands and ctrl+b replace it, the watcher shows it
+    next_reply: reactive[ReplySettings] = reactive(ReplySettings(), init=False)
+
     def __init__(
         self,
         options: ChatOptions,
@@ -134,13 +139,15 @@ class LocalspecApp(App[None]):
         self.settings = settings or ChatSettings.beside(self.store.filename)
         self.states = SavedStates(self.store.filename, options.session_cache_bytes)
         self.engine: Engine | None = None
-        self.k: int | str = options.config.n_draft  # "auto" or a fixed chain length
-        self.draft_tree: TreeShape | None = options.config.tree  # a fixed tree overrides k
-        # where drafts come from while speculation is on: auto, eagle, ngram (none: off)
-        self.draft_source: str = options.config.draft_source
-        self.temperature = options.temperature
+        first = ReplySettings(
+            k=options.config.n_draft,
+            tree=options.config.tree,
+            source=options.config.draft_source,
+            speculation=options.config.draft_source != "none",
+            temperature=options.temperature,
+        )
+        self.set_reactive(LocalspecApp.next_reply, first)  # no watcher: nothing is shown yet
         self.session = ChatSession(self.store, system=options.system)
-        self.speculation = options.config.draft_source != "none"
         self.tint = False  # Markdown by default; ctrl+t shows where drafts were accepted
         self.generating = False
         self.switching = False  # another model is loading (/model)
@@ -218,12 +225,12 @@ class LocalspecApp(App[None]):
     def _use_engine(self, eng: Engine) -> None:
         """Make eng the model replies come from: the status line, the panel, the gauge."""
         self.engine = eng
-        self.speculation = self.draft_source != "none" and self.can_draft()
+        self.set_reactive(LocalspecApp.next_reply, self.next_reply.for_engine(self._has_drafter))
         self.session.target, self.session.draft = eng.target_path, eng.draft_path or ""
         if eng.draft_path:
             note = f"{eng.draft_variant} drafter {os.path.basename(eng.draft_path)}"
         else:
-            drafts = "n-gram drafts only" if self.speculation else "plain decoding"
+            drafts = "n-gram drafts only" if self.next_reply.speculation else "plain decoding"
             found = " found next to the target" if self.options.config.draft is None else ""
             note = f"no drafter{found}: {drafts}"
         status = [os.path.basename(eng.target_path), note]
@@ -231,12 +238,20 @@ class LocalspecApp(App[None]):
             status.append(eng.chat_template_note.replace(eng.target_path, status[0]))
             self.exit_notes.append(eng.chat_template_note)
         self.chat.set_status("  |  ".join(status))
-        self.sub_title = "speculation on" if self.speculation else "speculation off"
         self.chat.prompt.placeholder = (
             "Message (enter sends, ctrl+j new line; F1: keys and /commands)"
         )
-        self._show_idle_stats()
+        self.watch_next_reply()
         self.show_gauge()
+
+    def watch_next_reply(self) -> None:
+        """Show the settings for the next reply: the subtitle and the idle panel."""
+        self.sub_title = "speculation on" if self.next_reply.speculation else "speculation off"
+        self._show_idle_stats()
+
+    @property
+    def _has_drafter(self) -> bool:
+        return self.engine is not None and self.engine.draft_path is not None
 
     def switch_model(self, spec: str) -> None:
         """/model PATH|REPO: load another target (with the drafter found for it) in the
@@ -397,15 +412,15 @@ class LocalspecApp(App[None]):
         self.chat.conversation.anchor()
         self._plan, self._buffer, self._outcome = plan, ReplyBuffer(), None
         self.generating, self._stop = True, False
-        k = self.k if self.speculation else 0
+        settings = self.next_reply  # this reply's, whatever a command changes meanwhile
         cid, self._restore = self._restore, None
         request = ReplyRequest(
             messages=self.session.messages_for(plan.prompt, upto=plan.index),
-            k=k,
-            tree=self.draft_tree,
-            draft_source=self.draft_source if k != 0 else "none",
+            k=settings.n_draft,
+            tree=settings.tree,
+            draft_source=settings.draft_source,
             max_tokens=self.options.max_tokens,
-            temperature=self.temperature,
+            temperature=settings.temperature,
             top_k=self.options.top_k,
             top_p=self.options.top_p,
             seed=self.options.seed,
@@ -414,7 +429,7 @@ class LocalspecApp(App[None]):
         )
         # the engine starts once the new messages are on screen: laying them out costs the UI
         # thread tens of milliseconds, which would otherwise compete with the first decodes
-        self.call_after_refresh(self._start_reply, request, self._buffer)
+        self.call_after_refresh(self._start_reply, request, settings, self._buffer)
 
     def _restorer(self, conversation_id: int | None) -> Callable[[str], int] | None:
         """Restores the reopened conversation's saved state when it pays for the prompt."""
@@ -423,11 +438,13 @@ class LocalspecApp(App[None]):
         engine, states = self.engine, self.states
         return lambda prompt: states.restore(engine, conversation_id, prompt)
 
-    def _start_reply(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
+    def _start_reply(
+        self, request: ReplyRequest, settings: ReplySettings, buffer: ReplyBuffer
+    ) -> None:
         assert self._frame_timer is not None
         self._budget.start()
         self._frame_timer.resume()
-        self.generate(request, buffer)
+        self.generate(request, settings, buffer)
 
     def run_command(self, line: str) -> None:
         run_command(self, line)
@@ -458,7 +475,7 @@ class LocalspecApp(App[None]):
     # --- generation: a thread worker feeding a buffer, drained by a frame timer --------------
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, request: ReplyRequest, buffer: ReplyBuffer) -> None:
+    def generate(self, request: ReplyRequest, settings: ReplySettings, buffer: ReplyBuffer) -> None:
         if not self._gate.enter():
             return
         try:
@@ -469,7 +486,7 @@ class LocalspecApp(App[None]):
                 request,
                 buffer,
                 lambda: self._stop or worker.is_cancelled or self._gate.closed,
-                lambda: self._snapshot(request.k, request.draft_source),
+                lambda: self._snapshot(settings),
                 lambda n: self.post_message(TurnsDropped(n)),
                 lambda fraction: self.post_message(Calibrating(fraction)),
             )
@@ -478,41 +495,21 @@ class LocalspecApp(App[None]):
         finally:
             self._gate.leave()
 
-    def _mode(self, k: int | str) -> str:
-        if k == 0:
-            return "plain decoding"
-        if self.draft_tree is not None:
-            return f"fixed {self.draft_tree}"
-        return "auto (cost model)" if k == "auto" else f"fixed chain k={k}"
-
     def can_draft(self, source: str | None = None) -> bool:
         """Whether the loaded engine has something to draft from for source (default: the
         current one): the n-gram index always, the EAGLE drafter when one is loaded."""
-        source = source or self.draft_source
-        has_drafter = self.engine is not None and self.engine.draft_path is not None
-        return source in ("auto", "ngram") or (source == "eagle" and has_drafter)
+        return self.next_reply.can_draft(self._has_drafter, source)
 
-    def _source_text(self, k: int | str, source: str) -> str:
-        """The draft source as the panel shows it: auto with what it drafts from."""
-        if k == 0 or source == "none":
-            return "none (plain decoding)"
-        if source != "auto":
-            return source
-        has_drafter = self.engine is not None and self.engine.draft_path is not None
-        if k != "auto" or self.draft_tree is not None:  # fixed shapes are the drafter's
-            return "auto (eagle: fixed shape)" if has_drafter else "auto (no drafter: plain)"
-        return "auto (eagle + ngram)" if has_drafter else "auto (ngram: no drafter)"
-
-    def _snapshot(self, k: int | str, source: str) -> dict[str, Any]:
+    def _snapshot(self, settings: ReplySettings) -> dict[str, Any]:
         """Statistics for the panel; called by the worker between steps, where they are whole."""
         eng = self.engine
         assert eng is not None
         stats = eng.last_stats
         snap = stats.as_dict()
-        snap["k"] = k
-        snap["mode"] = self._mode(k)
-        snap["draft_source"] = source
-        snap["source"] = self._source_text(k, source)
+        k = snap["k"] = settings.n_draft
+        snap["mode"] = settings.mode_text()
+        snap["draft_source"] = settings.draft_source
+        snap["source"] = settings.source_text(eng.draft_path is not None)
         snap["shape"] = stats.shape_summary()
         snap["drafter"] = os.path.basename(eng.draft_path or "") or "none"
         if k and self.last_plain_tps:
@@ -692,7 +689,7 @@ class LocalspecApp(App[None]):
     def action_toggle_speculation(self) -> None:
         if self.engine is None:
             return
-        if self.draft_source == "none":
+        if self.next_reply.source == "none":
             self.notify("draft source none: /source auto|eagle|ngram drafts", severity="warning")
             return
         if not self.can_draft():
@@ -701,10 +698,9 @@ class LocalspecApp(App[None]):
                 severity="warning",
             )
             return
-        self.speculation = not self.speculation
-        self.sub_title = "speculation on" if self.speculation else "speculation off"
-        self.notify(f"next reply: {'speculation' if self.speculation else 'plain decoding'}")
-        self._show_idle_stats()
+        self.next_reply = self.next_reply.toggled()  # the watcher shows it
+        on = self.next_reply.speculation
+        self.notify(f"next reply: {'speculation' if on else 'plain decoding'}")
 
     def _save_state(self, engine: Engine | None = None) -> None:
         """Keep the current conversation's KV state on disk for when it reopens: the state of
@@ -811,15 +807,14 @@ class LocalspecApp(App[None]):
     def _show_idle_stats(self) -> None:
         if self.engine is None:
             return
-        k = self.k if self.speculation else 0
-        source = self.draft_source if k != 0 else "none"
+        settings = self.next_reply
         panel = self.chat.query_one(StatsPanel)
         snap = dict(panel.snapshot) if panel.snapshot else {}
         snap.update(
-            k=k,
-            mode=self._mode(k),
-            draft_source=source,
-            source=self._source_text(k, source),
+            k=settings.n_draft,
+            mode=settings.mode_text(),
+            draft_source=settings.draft_source,
+            source=settings.source_text(self._has_drafter),
             drafter=os.path.basename(self.engine.draft_path or "") or "none",
         )
         panel.show(snap)

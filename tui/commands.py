@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from localspec import DRAFT_SOURCES, MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
-from localspec.speculation.mode import Spelling, check_source_shape
+from localspec import LocalspecError
 
 from . import turn_actions
 from .store import HistoryError
@@ -16,14 +15,6 @@ if TYPE_CHECKING:
     from .host import ChatHost
 
 
-# the engine's rules (localspec.options) name what was asked for the way it was typed here
-COMMAND_SPELLING = Spelling(
-    n_draft="/k {}",
-    tree="/tree {0.depth},{0.top_k},{0.budget}",
-    draft_source="/source {}",
-    n_draft_name="/k",
-    no_drafts="/source none",
-)
 SOURCE_NOTES = {
     "auto": "the EAGLE drafter when loaded and the n-gram index, as the cost model picks",
     "eagle": "the EAGLE drafter only",
@@ -35,12 +26,7 @@ SOURCE_NOTES = {
 def set_source(app: ChatHost, source: str) -> None:
     """/source auto|eagle|ngram|none: where the next replies' drafts come from; none turns
     speculation off, the others on (ctrl+b still toggles it for an A/B)."""
-    if source not in DRAFT_SOURCES:
-        raise LocalspecError(f"one of {', '.join(DRAFT_SOURCES)}")
-    check_source_shape(source, app.draft_tree, COMMAND_SPELLING)
-    app.draft_source = source
-    app.speculation = source != "none"
-    app.sub_title = "speculation on" if app.speculation else "speculation off"
+    app.next_reply = app.next_reply.with_source(source)
     if not app.can_draft(source):
         app.notify(
             f"draft source {source}: no drafter loaded, so replies decode plainly",
@@ -56,23 +42,18 @@ def run_command(app: ChatHost, line: str) -> None:
     cid = app.session.conversation_id
     try:
         if cmd == "/k":
-            k: int | str = "auto" if arg == "auto" else int(arg)
-            if k != "auto" and not 0 <= int(k) <= MAX_DRAFT:
-                raise ValueError
-            app.k, app.draft_tree = k, None
+            app.next_reply = app.next_reply.with_k(arg)
+            k = app.next_reply.k
             app.notify("draft: auto (cost model)" if k == "auto" else f"draft: chain k = {k}")
         elif cmd == "/tree":
-            tree = TreeShape.parse(arg)
-            check_source_shape(app.draft_source, tree, COMMAND_SPELLING)
-            app.draft_tree = tree
-            app.notify(f"draft: fixed {app.draft_tree}")
+            app.next_reply = app.next_reply.with_tree(arg)
+            app.notify(f"draft: fixed {app.next_reply.tree}")
         elif cmd == "/source":
             set_source(app, arg)
         elif cmd == "/temp":
-            t = float(arg)
-            SamplingParams(t, app.options.top_k, app.options.top_p)  # the engine's rule
-            app.temperature = t
-            app.notify(f"temperature = {t}")
+            opts = app.options
+            app.next_reply = app.next_reply.with_temperature(arg, opts.top_k, opts.top_p)
+            app.notify(f"temperature = {app.next_reply.temperature}")
         elif cmd == "/system":
             app.session.set_system(arg)
             app.notify("system prompt set" if arg else "system prompt cleared")

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
-    from localspec import TreeShape
-
     from .chat_options import ChatOptions
+    from .reply_settings import ReplySettings
     from .screens.chat import ChatScreen
     from .session import ChatSession
     from .store import ChatStore
@@ -24,13 +23,7 @@ class ChatHost(Protocol):
     options: ChatOptions
     editing: int | None  # /edit N: the next prompt replaces turn N-1
     generating: bool
-    sub_title: str
-    # speculation and sampling for the next replies
-    k: int | str
-    draft_tree: TreeShape | None
-    draft_source: str
-    speculation: bool
-    temperature: float
+    next_reply: ReplySettings  # speculation and sampling for the next replies (reactive)
 
     @property
     def chat(self) -> ChatScreen: ...

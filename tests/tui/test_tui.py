@@ -277,9 +277,13 @@ async def test_commands_change_k_temperature_and_system(agree, tmp_path) -> None
         await say(pilot, "/k 2")
         await say(pilot, "/temp 0.5")
         await say(pilot, "/system be brief")
-        assert (app.k, app.temperature, app.session.system) == (2, 0.5, "be brief")
+        assert (app.next_reply.k, app.next_reply.temperature, app.session.system) == (
+            2,
+            0.5,
+            "be brief",
+        )
         await say(pilot, "/k 99")
-        assert app.k == 2  # refused
+        assert app.next_reply.k == 2  # refused
         await say(pilot, "/rename too early")
         assert any("nothing saved yet" in n for n in notes(app))
         await say(pilot, "hello")
@@ -498,7 +502,7 @@ async def test_read_only_or_full_database_does_not_crash(agree, tmp_path, how) -
 
 # beside localspec's exports, the app may take the request rules every front-end shares
 # (the chat's commands refuse what the engine would, in their own words)
-SHARED_RULES = {"localspec.options": {"Spelling", "check_source_shape"}}
+SHARED_RULES = {"localspec.speculation.mode": {"Spelling", "check_source_shape"}}
 
 
 def test_tui_uses_only_the_public_api() -> None:
@@ -604,7 +608,7 @@ async def test_source_command_drafts_from_the_ngram_index(agree, tmp_path) -> No
     async with app.run_test(size=(170, 50)) as pilot:
         await ready(pilot)
         await say(pilot, "/source ngram")
-        assert app.draft_source == "ngram" and app.speculation
+        assert app.next_reply.source == "ngram" and app.next_reply.speculation
         assert any("draft source ngram" in n for n in notes(app))
         await pilot.press("ctrl+t")
         await say(pilot, ALPHABET)
@@ -630,32 +634,32 @@ async def test_source_none_eagle_and_bad_values(agree, tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await say(pilot, "/source none")
-        assert app.draft_source == "none" and not app.speculation
+        assert app.next_reply.source == "none" and not app.next_reply.speculation
         await pilot.press("ctrl+b")  # nothing to turn on: says how
         assert any("/source" in n for n in notes(app)), notes(app)
-        assert not app.speculation
+        assert not app.next_reply.speculation
         await say(pilot, "plain")
         snap = app.chat.query_one(StatsPanel).snapshot
         assert snap["k"] == 0 and snap["drafted"] == 0 and snap["sources"] == {}
         await say(pilot, "/source eagle")
-        assert app.draft_source == "eagle" and app.speculation
+        assert app.next_reply.source == "eagle" and app.next_reply.speculation
         await say(pilot, "eagle only")
         snap = app.chat.query_one(StatsPanel).snapshot
         assert snap["draft_source"] == "eagle" and set(snap["sources"]) <= {"eagle"}
         app._notifications.clear()
         await say(pilot, "/source both")
-        assert app.draft_source == "eagle"  # refused
+        assert app.next_reply.source == "eagle"  # refused
         assert any("bad value for /source" in n and "auto, eagle, ngram, none" in n
                    for n in notes(app)), notes(app)  # fmt: skip
         await say(pilot, "/tree 3,2,5")
         await say(pilot, "/source ngram")  # a fixed tree is the drafter's: refused
-        assert app.draft_source == "eagle"
+        assert app.next_reply.source == "eagle"
         assert any("/tree 3,2,5: fixed trees are drafted by the EAGLE drafter; /source ngram "
                    "takes /k" in n for n in notes(app)), notes(app)  # fmt: skip
         await say(pilot, "/k auto")
         await say(pilot, "/source ngram")
         await say(pilot, "/tree 3,2,5")
-        assert app.draft_tree is None and app.draft_source == "ngram"
+        assert app.next_reply.tree is None and app.next_reply.source == "ngram"
 
 
 async def test_without_a_drafter_auto_drafts_from_the_context(agree, tmp_path) -> None:
@@ -664,14 +668,14 @@ async def test_without_a_drafter_auto_drafts_from_the_context(agree, tmp_path) -
     app = make_app(agree, tmp_path, draft=False, n_draft="auto", max_tokens=40)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        assert app.speculation and "n-gram drafts only" in str(
+        assert app.next_reply.speculation and "n-gram drafts only" in str(
             app.chat.query_one("#status").render()
         )
         await say(pilot, ALPHABET)
         snap = app.chat.query_one(StatsPanel).snapshot
         assert snap["drafter"] == "none" and set(snap["sources"]) == {"ngram"}
         await pilot.press("ctrl+b")
-        assert not app.speculation
+        assert not app.next_reply.speculation
         await say(pilot, "/source eagle")  # nothing to draft with
         assert any("no drafter loaded" in n for n in notes(app)), notes(app)
 

@@ -1,29 +1,43 @@
-"""What the slash commands (commands.py) and the turn actions (turn_actions.py) may read and
-change of the running chat: the app as they see it. They type against this protocol, not
-against the app, so neither imports app.py (which imports both)."""
+"""What the parts of the chat may read and change of the running app: the slash commands
+(commands.py) and the turn actions (turn_actions.py) see ChatHost, the reply controller
+(replies.py) sees ReplyHost. They type against these protocols, not against the app, so none
+imports app.py (which imports them all)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from textual.message import Message
     from textual.notifications import SeverityLevel
+    from textual.timer import Timer
+    from textual.worker import Worker
+
+    from localspec import Engine
 
     from .chat_options import ChatOptions
+    from .persistence import Persistence
     from .reply_settings import ReplySettings
     from .screens.chat import ChatScreen
     from .session import ChatSession
-    from .store import ChatStore
+    from .store import ChatStore, HistoryError
 
 
 class ChatHost(Protocol):
     # the conversation and where it is kept
-    session: ChatSession
-    store: ChatStore
     options: ChatOptions
     editing: int | None  # /edit N: the next prompt replaces turn N-1
-    generating: bool
     next_reply: ReplySettings  # speculation and sampling for the next replies (reactive)
+
+    @property
+    def session(self) -> ChatSession: ...
+
+    @property
+    def store(self) -> ChatStore: ...
+
+    @property
+    def generating(self) -> bool: ...
 
     @property
     def chat(self) -> ChatScreen: ...
@@ -58,3 +72,49 @@ class ChatHost(Protocol):
     def export_conversation(self, conversation_id: int, path: str = "") -> str | None: ...
 
     def action_new_conversation(self) -> None: ...
+
+
+class ReplyHost(Protocol):
+    """The app as the reply controller sees it."""
+
+    engine: Engine | None
+    options: ChatOptions
+    memory: Persistence
+    next_reply: ReplySettings
+    editing: int | None
+    switching: bool
+    tint: bool
+
+    @property
+    def session(self) -> ChatSession: ...
+
+    @property
+    def chat(self) -> ChatScreen: ...
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None: ...
+
+    def end_edit(self) -> None: ...
+
+    def show_gauge(self) -> None: ...
+
+    def report_unsaved(self, exc: HistoryError | None) -> bool: ...
+
+    def post_message(self, message: Message) -> bool: ...
+
+    def call_after_refresh(self, callback: Callable[..., Any], *args: Any) -> bool: ...
+
+    def set_interval(
+        self, interval: float, callback: Callable[..., Any], *, pause: bool = False
+    ) -> Timer: ...
+
+    def run_worker(
+        self, work: Callable[[], Any], *, thread: bool, exclusive: bool, group: str
+    ) -> Worker[Any]: ...

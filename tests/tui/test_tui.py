@@ -240,7 +240,7 @@ async def test_tint_toggle_and_ab_speculation(agree, tmp_path) -> None:
         await pilot.press("ctrl+b")  # speculation off for the next reply
         await say(pilot, "two")
         snap = app.chat.query_one(StatsPanel).snapshot
-        assert snap["k"] == 0 and snap["drafted"] == 0 and app.last_plain_tps
+        assert snap["k"] == 0 and snap["drafted"] == 0 and app.replies.last_plain_tps
         await pilot.press("ctrl+b")
         await say(pilot, "three")
         snap = app.chat.query_one(StatsPanel).snapshot

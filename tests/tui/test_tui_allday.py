@@ -125,7 +125,7 @@ async def test_gauge_overflow_notice_and_ttft(agree, tmp_path) -> None:
         assert len(app.session.turns) == 12  # nothing lost: all turns shown and saved
         notices = [str(n.render()) for n in app.chat.query(".notice")]
         assert notices and "oldest turn" in notices[0] and "context window" in notices[0]
-        assert app.outside > 0 and "outside" in str(gauge.line())
+        assert app.replies.outside > 0 and "outside" in str(gauge.line())
         footer = replies(app)[-1].footer_text
         assert "first token" in footer
         assert any(line.startswith("1st token") for line in
@@ -245,13 +245,13 @@ async def test_keys_typed_in_a_burst_stay_in_order(agree, tmp_path) -> None:
                 break
         assert [t.prompt for t in app.session.turns] == ["hi"]
         assert app.chat.prompt.value == "no"
-        app.generating = True  # as during a reply: a prompt waits for it, queued
+        app.replies.generating = True  # as during a reply: a prompt waits for it, queued
         app.chat.prompt.value = "wait"
         await pilot.press("enter")
-        assert app.chat.prompt.value == "" and app.queued == ["wait"]
-        app.unqueue("test")  # given back whole
-        assert app.chat.prompt.value == "wait" and not app.queued
-        app.generating = False
+        assert app.chat.prompt.value == "" and app.replies.queued == ["wait"]
+        app.replies.unqueue("test")  # given back whole
+        assert app.chat.prompt.value == "wait" and not app.replies.queued
+        app.replies.generating = False
 
 
 async def test_reopening_restores_the_kv_state(agree, tmp_path) -> None:

@@ -33,7 +33,7 @@ async def until_idle(pilot, turns: int) -> None:
     app = pilot.app
     for _ in range(3000):
         await pilot.pause(0.01)
-        if len(app.session.turns) >= turns and not app.generating and not app.queued:
+        if len(app.session.turns) >= turns and not app.generating and not app.replies.queued:
             break
     await app.workers.wait_for_complete()
     await pilot.pause()
@@ -81,7 +81,7 @@ async def test_enter_while_a_reply_streams_queues_the_prompt(agree, tmp_path) ->
             await pilot.press("enter")
         await pilot.pause()
         line = app.chat.query_one("#queued")
-        assert app.queued == ["second queued?", "third"] and app.chat.prompt.value == ""
+        assert app.replies.queued == ["second queued?", "third"] and app.chat.prompt.value == ""
         shown = "\n".join(rendered(line))
         assert line.display and "queued: second queued?" in shown and "queued: third" in shown
         assert app.generating  # still the first reply
@@ -90,7 +90,7 @@ async def test_enter_while_a_reply_streams_queues_the_prompt(agree, tmp_path) ->
         prompts = ["go", "second queued?", "third"]  # one at a time, in order
         assert [t.prompt for t in app.session.turns] == prompts
         assert [m.text for m in app.chat.query(MessageView) if m.role == "user"] == prompts
-        assert not app.queued and not line.display
+        assert not app.replies.queued and not line.display
         assert all(r.text and not r.error_text for r in replies(app))
 
 
@@ -107,7 +107,7 @@ async def test_escape_stops_the_reply_and_returns_the_queued_prompt(agree, tmp_p
         await pilot.press("escape")
         release.set()
         await pilot.pause()
-        assert not app.queued and not app.chat.query_one("#queued").display
+        assert not app.replies.queued and not app.chat.query_one("#queued").display
         assert app.chat.prompt.value == "later\ntyped since"  # its own line, first
         await until_idle(pilot, 1)
         assert [t.prompt for t in app.session.turns] == ["go"]  # nothing was sent
@@ -125,11 +125,11 @@ async def test_a_failed_reply_returns_the_queued_prompt(agree, tmp_path) -> None
         await start_long_reply(pilot)
         app.chat.prompt.value = "after"
         await pilot.press("enter")
-        assert app.queued == ["after"]
+        assert app.replies.queued == ["after"]
         release.set()
         await until_idle(pilot, 0)
         assert not app.session.turns and replies(app)[-1].error_text
-        assert app.chat.prompt.value == "after" and not app.queued
+        assert app.chat.prompt.value == "after" and not app.replies.queued
         assert any("the reply failed" in n for n in notes(app))
 
 
@@ -215,8 +215,8 @@ async def test_the_other_branchs_saved_state_is_not_restored(agree, tmp_path) ->
         await open_latest(pilot)
         assert [t.prompt for t in app.session.turns] == [("uno " * 20).strip()]
         cid = app.session.conversation_id
-        assert app.states.info(cid) is not None
-        assert app.states.info(cid).text.endswith(REPLY)  # type: ignore[union-attr]
+        assert app.memory.states.info(cid) is not None
+        assert app.memory.states.info(cid).text.endswith(REPLY)  # type: ignore[union-attr]
         await command(pilot, "/branch 1")  # the first branch, two turns
         assert len(app.session.turns) == 2
         await say(pilot, "third")
@@ -244,7 +244,7 @@ async def test_the_state_of_the_branch_on_screen_is_kept_and_restored(agree, tmp
         assert not app.session.turns[-1].stats.get("restored")  # shares only the template's start
         await command(pilot, "/branch 1")  # the caches hold "uno": the screen the first branch
         cid = app.session.conversation_id
-    info = app.states.info(cid)
+    info = app.memory.states.info(cid)
     assert info is not None and "second" in info.text and "uno" not in info.text
     app = make_app(agree, tmp_path)
     async with app.run_test(size=SIZE) as pilot:

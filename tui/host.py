@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from .store import ChatStore, HistoryError
 
 
-class ChatHost(Protocol):
-    # the conversation and where it is kept
+class _Host(Protocol):
+    """What both see: the conversation, the screen, and notifications."""
+
     options: ChatOptions
     editing: int | None  # /edit N: the next prompt replaces turn N-1
     next_reply: ReplySettings  # speculation and sampling for the next replies (reactive)
@@ -34,16 +35,7 @@ class ChatHost(Protocol):
     def session(self) -> ChatSession: ...
 
     @property
-    def store(self) -> ChatStore: ...
-
-    @property
-    def generating(self) -> bool: ...
-
-    @property
     def chat(self) -> ChatScreen: ...
-
-    @property
-    def last_reply(self) -> str: ...
 
     def notify(
         self,
@@ -55,17 +47,28 @@ class ChatHost(Protocol):
         markup: bool = True,
     ) -> None: ...
 
+    def end_edit(self) -> None: ...
+
+    def show_gauge(self) -> None: ...
+
+
+class ChatHost(_Host, Protocol):
+    @property
+    def store(self) -> ChatStore: ...
+
+    @property
+    def generating(self) -> bool: ...
+
+    @property
+    def last_reply(self) -> str: ...
+
     def copy_to_clipboard(self, text: str) -> None: ...
 
     def can_draft(self, source: str | None = None) -> bool: ...
 
-    def end_edit(self) -> None: ...
-
     def retry(self) -> None: ...
 
     def switch_model(self, spec: str) -> None: ...
-
-    def show_gauge(self) -> None: ...
 
     def open_history(self, query: str = "") -> None: ...
 
@@ -74,36 +77,13 @@ class ChatHost(Protocol):
     def action_new_conversation(self) -> None: ...
 
 
-class ReplyHost(Protocol):
+class ReplyHost(_Host, Protocol):
     """The app as the reply controller sees it."""
 
     engine: Engine | None
-    options: ChatOptions
     memory: Persistence
-    next_reply: ReplySettings
-    editing: int | None
     switching: bool
     tint: bool
-
-    @property
-    def session(self) -> ChatSession: ...
-
-    @property
-    def chat(self) -> ChatScreen: ...
-
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None: ...
-
-    def end_edit(self) -> None: ...
-
-    def show_gauge(self) -> None: ...
 
     def report_unsaved(self, exc: HistoryError | None) -> bool: ...
 

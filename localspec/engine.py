@@ -43,6 +43,7 @@ from .options import (
     check_stops,
     check_tree,
 )
+from .rules import Drafting, draft_mode, loads_drafter, no_drafter_note
 from .runtime import session_state
 from .runtime.clocks import cost_clock
 from .runtime.drafter import Drafter
@@ -50,7 +51,7 @@ from .runtime.drafter_spec import DrafterSpec
 from .runtime.parts import Parts
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
-from .speculation.mode import Drafting, Mode, draft_mode, loads_drafter, no_drafter_note
+from .speculation.mode import Mode
 from .speculation.plan import StepPlan
 from .speculation.probe import Probe
 from .speculation.sampling import SamplingParams
@@ -255,7 +256,7 @@ class Engine:
 
     @property
     def drafting(self) -> Drafting:
-        """What this engine can draft with: the facts speculation.mode.draft_mode reads (the command
+        """What this engine can draft with: the facts rules.draft_mode reads (the command
         line names its notes with its own flags from them)."""
         return Drafting(
             can_draft=self._can_draft,
@@ -681,7 +682,7 @@ class Engine:
         self, n_draft: NDraft | None, tree: Any, draft_source: Any = None
     ) -> tuple[Mode, list[str]]:
         """The mode a call runs, and a note for each part of the request it cannot honour
-        (speculation.mode.draft_mode: the rules the command line shares). A call's n_draft, tree and
+        (rules.draft_mode: the rules the command line shares). A call's n_draft, tree and
         draft_source replace the engine's; its n_draft alone replaces the engine's tree too."""
         k = self._n_draft if n_draft is None else check_n_draft(n_draft)
         shape = check_tree(tree) if tree is not None else (self._tree if n_draft is None else None)

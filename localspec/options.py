@@ -147,8 +147,8 @@ def check_max_tokens(value: Any, *, least: int = 0) -> int:
     return check_int("max_tokens", value, least, MAX_TOKENS)
 
 
-# names that moved in 0.1 (the request rules to speculation.mode, EngineConfig to config)
-_RULES = "localspec.speculation.mode"
+# names that moved in 0.1 (the request rules to rules, EngineConfig to config)
+_RULES = "localspec.rules"
 __getattr__ = _moved_names(
     "localspec.options",
     {

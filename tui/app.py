@@ -228,11 +228,19 @@ class LocalspecApp(App[None]):
         self.chat.prompt.placeholder = (
             "Message (enter sends, ctrl+j new line; F1: keys and /commands)"
         )
-        self.watch_next_reply()
+        self._show_settings()
         self.show_gauge()
 
-    def watch_next_reply(self) -> None:
-        """Show the settings for the next reply: the subtitle and the idle panel."""
+    def watch_next_reply(self, old: ReplySettings, new: ReplySettings) -> None:
+        """Show the settings for the next reply: the subtitle (once a model is loaded, or when
+        /source or ctrl+b changed it) and the idle panel."""
+        if self.engine is not None or (old.source, old.speculation) != (
+            new.source,
+            new.speculation,
+        ):
+            self._show_settings()
+
+    def _show_settings(self) -> None:
         self.sub_title = "speculation on" if self.next_reply.speculation else "speculation off"
         self._show_idle_stats()
 
@@ -564,10 +572,11 @@ class LocalspecApp(App[None]):
         self.replies.halt()
         self._gate.close()  # returns once no worker is inside the engine
         self.replies.quit()  # the reply so far is kept, as esc keeps it
-        self._save_state()  # a stopped reply leaves a cache the next call can use too
-        exc = self.memory.close()
+        exc = self.memory.save_turns()  # the last try for turns the store refused
         if exc is not None:
             n = len(self.session.unsaved)
             self.exit_notes.append(f"{n} chat turn{'s' if n > 1 else ''} not saved: {exc}")
+        self._save_state()  # a stopped reply leaves a cache the next call can use too
         for engine in {id(e): e for e in (self.engine, self._loaded) if e is not None}.values():
             engine.close()
+        self.memory.close()

@@ -114,10 +114,9 @@ class Persistence:
         """A choice kept for the next runs; why it could not be written."""
         return self.settings.set(key, value)
 
-    def close(self) -> HistoryError | None:
-        """The run ends: the turns the store refused so far get a last try, then the store
-        closes. Returns the store's last refusal (those turns are lost)."""
-        try:
-            return self.session.save()
-        finally:
-            self.store.close()
+    def save_turns(self) -> HistoryError | None:
+        """The turns the store refused so far get another try; the store's refusal, if any."""
+        return self.session.save()
+
+    def close(self) -> None:
+        self.store.close()

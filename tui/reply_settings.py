@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from localspec import DRAFT_SOURCES, MAX_DRAFT, LocalspecError, SamplingParams, TreeShape
-from localspec.speculation.mode import Spelling, check_source_shape
+from localspec.rules import Spelling, check_source_shape
 
-# the engine's rules (localspec.speculation.mode) name what was asked for as it is typed here
+# the engine's rules (localspec.rules) name what was asked for as it is typed here
 COMMAND_SPELLING = Spelling(
     n_draft="/k {}",
     tree="/tree {0.depth},{0.top_k},{0.budget}",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LocalspecError
-from ..speculation.mode import check_source_shape
+from ..rules import check_source_shape
 from .common import (
     TARGET_HELP,
     TEMPERATURE_HELP,

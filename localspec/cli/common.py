@@ -20,7 +20,7 @@ from ..options import (
     check_flash_attn,
     check_max_tokens,
 )
-from ..speculation.mode import Spelling, check_source_shape, draft_mode
+from ..rules import Spelling, check_source_shape, draft_mode
 from ..text.context_fit import OVERFLOW_POLICIES
 
 TARGET_HELP = (
@@ -220,7 +220,7 @@ def shape_args(args: argparse.Namespace) -> Any:
 
 
 def flag_spelling(args: argparse.Namespace) -> Spelling:
-    """The shared rules' notes and errors (speculation.mode.draft_mode), in the flags typed."""
+    """The shared rules' notes and errors (rules.draft_mode), in the flags typed."""
     return Spelling(
         n_draft="-k {}",
         tree="--tree {0.depth},{0.top_k},{0.budget}",

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import LocalspecError
-from ..speculation.mode import draft_mode
+from ..rules import draft_mode
 from .common import (
     add_model_args,
     add_sampling_args,

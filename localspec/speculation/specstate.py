@@ -49,8 +49,10 @@ class SpecState:
     @property
     def fed(self) -> bool:
         """Whether the drafter is fed (taps on, its pairs queued every step). Stored once, as
-        the target's tap switch; this state is what turns it, at a call's start and when a
-        plan wakes the drafter or puts it to sleep (the scheduler only asks)."""
+        the target's tap switch; during a call only this state turns it, at the call's start
+        (begin) and when a plan wakes the drafter or puts it to sleep (the scheduler only
+        asks). Between calls, loading a drafter and calibration leave the taps on: the value
+        means something from begin() on."""
         return self.drafter is not None and self.target.taps_active
 
     # --- the prompt --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The range checks the API and the command line both apply (localspec/options.py)."""
+"""The range checks the API and the command line both apply (localspec/options.py), the
+model-path check (localspec/files/model_path.py), and the names that left options.py."""
 
 from __future__ import annotations
 
@@ -41,10 +42,20 @@ def test_a_folder_given_as_a_model_is_named_as_one(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("old", "name", "new"),
     [
-        ("localspec.options", "draft_mode", "localspec.speculation.mode"),
-        ("localspec.options", "Spelling", "localspec.speculation.mode"),
-        ("localspec.options", "check_source_shape", "localspec.speculation.mode"),
+        *(
+            ("localspec.options", name, "localspec.rules")
+            for name in (
+                "API_SPELLING",
+                "Drafting",
+                "Spelling",
+                "check_source_shape",
+                "draft_mode",
+                "loads_drafter",
+                "no_drafter_note",
+            )
+        ),
         ("localspec.options", "EngineConfig", "localspec.config"),
+        ("localspec.options", "check_model_file", "localspec.files.model_path"),
     ],
 )
 def test_names_that_moved_keep_working_with_a_warning(old: str, name: str, new: str) -> None:

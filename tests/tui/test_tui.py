@@ -502,7 +502,7 @@ async def test_read_only_or_full_database_does_not_crash(agree, tmp_path, how) -
 
 # beside localspec's exports, the app may take the request rules every front-end shares
 # (the chat's commands refuse what the engine would, in their own words)
-SHARED_RULES = {"localspec.speculation.mode": {"Spelling", "check_source_shape"}}
+SHARED_RULES = {"localspec.rules": {"Spelling", "check_source_shape"}}
 
 
 def test_tui_uses_only_the_public_api() -> None:

@@ -11,6 +11,7 @@ import threading
 from localspec.tui.saved_states import RESTORE_SHARE, pays
 from localspec.tui.settings import FILENAME, ChatSettings
 from localspec.tui.widgets.message import MessageView
+from localspec.tui.widgets.stats_panel import StatsPanel
 
 from helpers.tuiapp import (
     REPLY,
@@ -92,6 +93,26 @@ async def test_enter_while_a_reply_streams_queues_the_prompt(agree, tmp_path) ->
         assert [m.text for m in app.chat.query(MessageView) if m.role == "user"] == prompts
         assert not app.replies.queued and not line.display
         assert all(r.text and not r.error_text for r in replies(app))
+
+
+async def test_a_command_while_a_reply_streams_changes_the_next_reply_only(agree, tmp_path) -> None:
+    """/tree typed mid-reply: the reply in progress keeps the mode it started with, on its
+    panel and in its saved statistics; the next reply runs the tree."""
+    app = make_app(agree, tmp_path, max_tokens=200)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        throttle(app.engine, 0.05)
+        release = hold_after_first_event(app.engine)
+        await start_long_reply(pilot)
+        app.chat.prompt.value = "/tree 2,2,4"  # a command runs at once, not queued
+        await pilot.press("enter")
+        assert app.generating and app.next_reply.tree is not None
+        release.set()
+        await until_idle(pilot, 1)
+        assert app.session.turns[0].stats["mode"] == "fixed chain k=4"
+        assert app.chat.query_one(StatsPanel).snapshot["mode"] == "fixed chain k=4"
+        await say(pilot, "again")
+        assert app.session.turns[1].stats["mode"] == "fixed tree 2x2/4"
 
 
 async def test_escape_stops_the_reply_and_returns_the_queued_prompt(agree, tmp_path) -> None:

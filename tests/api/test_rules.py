@@ -1,4 +1,4 @@
-"""The shared request rules (localspec/speculation/mode.py): what a combination of drafting
+"""The shared request rules (localspec/rules.py): what a combination of drafting
 options runs and what an engine loads, named in the caller's words."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.errors import InvalidParameterError
-from localspec.speculation.mode import (
+from localspec.rules import (
     API_SPELLING,
     Drafting,
     Spelling,

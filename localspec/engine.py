@@ -210,8 +210,9 @@ class Engine:
         except BaseException:
             self._target.close()
             raise
-        # a recurrent or hybrid state cannot be cut back after a rejected draft
-        self._can_draft = not self._target.model.recurrent
+        # a recurrent or hybrid state is cut back after a rejected draft only where llama.cpp
+        # keeps snapshots of it (runtime/rollback.py)
+        self._can_draft = self._target.max_draft != 0
         self._eog = self._target.model.eog_mask()
         self._chat = ChatFormatter(self._target.model, self._target.path)
         self._scheduler = Scheduler(

@@ -130,11 +130,19 @@ class OtherLoad:
         return max(0.0, others / wall)
 
 
-def _best_time(fn: Callable[[], object], clock: Clock, reps: int = REPS) -> float:
+def _best_time(
+    fn: Callable[[], object],
+    clock: Clock,
+    reps: int = REPS,
+    setup: Callable[[], object] | None = None,
+) -> float:
     """The fastest of reps runs on the cost clock: other processes only ever add time, and a
-    calibration that caught their noise would distort the curve's shape for a long while."""
+    calibration that caught their noise would distort the curve's shape for a long while.
+    setup runs before each, untimed."""
     ts = []
     for _ in range(reps):
+        if setup is not None:
+            setup()
         t0 = clock()
         fn()
         ts.append(clock() - t0)
@@ -186,6 +194,17 @@ def measure(
         target.keep(warm)
         target.decode(tok[:n], all_logits=True)
 
+    def timed(n: int) -> float:
+        if not target.recurrent:
+            return _best_time(functools.partial(run, n), clock, BLOCK_REPS)
+        # a recurrent state that its snapshots cannot cut back so far is rebuilt: untimed
+        return _best_time(
+            functools.partial(target.decode, tok[:n], all_logits=True),
+            clock,
+            BLOCK_REPS,
+            setup=functools.partial(target.keep, warm),
+        )
+
     # Each size is timed in blocks of BLOCK_REPS decodes (the first of a block follows another
     # size, llama.cpp builds the graph again; the best is a settled one), one block per pass
     # over the sizes. On a quiet machine one pass is enough. Where other programs used the CPU
@@ -201,7 +220,7 @@ def measure(
     early = OtherLoad(threads)
     cut: bool | None = None if cut_when_busy else False  # decided once the load tells
     for n in sizes:
-        blocks[n] = [_best_time(functools.partial(run, n), clock, BLOCK_REPS)]
+        blocks[n] = [timed(n)]
         times[n] = blocks[n][0]
         tell(weight[n] / 2)
         if cut is None and n < BUSY_MAX_ROWS:
@@ -219,12 +238,12 @@ def measure(
     busy_first = first.busy()
     if busy_first is None or busy_first:
         for n in list(times):
-            blocks[n].append(_best_time(functools.partial(run, n), clock, BLOCK_REPS))
+            blocks[n].append(timed(n))
             tell(weight[n] / 2)
         for n, bs in blocks.items():
             agree.append(min(bs) / max(bs) if max(bs) > 0 else 1.0)
             if min(bs) < AGREE * max(bs):  # one block was hit: a third one decides
-                bs.append(_best_time(functools.partial(run, n), clock, BLOCK_REPS))
+                bs.append(timed(n))
             times[n] = sorted(bs)[1] if len(bs) > 2 else min(bs)
     done = sum(weight[m] for m in sizes)
     ready = _ready_costs(target, tok[:warm], clock) if tapped else None

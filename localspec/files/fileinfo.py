@@ -11,7 +11,9 @@ from typing import Any
 import gguf
 
 from .. import native as N
+from ..options import RuntimeOptions
 from ..runtime.drafter_spec import DrafterSpec
+from ..runtime.rollback import plan_rollback, size_text
 from ..runtime.taps import GRAPH, NONE, STAGING, route_for
 from . import gguf_keys as K
 
@@ -75,7 +77,30 @@ def describe(path: str) -> dict[str, Any]:
         }
     else:
         info["taps_via"] = route_for(arch)
+        if arch in K.RECURRENT_ARCHS:
+            info["recurrent"] = _recurrent(h, arch, info)
     return info
+
+
+def _recurrent(h: Any, arch: str, info: dict[str, Any]) -> dict[str, Any]:
+    """Whether drafts can be verified on a hybrid or recurrent target: the snapshots of its
+    recurrent state it keeps at the default n_batch (the weights' size: the file's)."""
+    n_embd = info["embedding_length"] if isinstance(info["embedding_length"], int) else 0
+    plan = plan_rollback(
+        arch,
+        h.arch_key,
+        n_embd=n_embd,
+        n_batch=RuntimeOptions().n_batch,
+        weights_bytes=info["file_size"],
+    )
+    return {
+        "rollback": plan.n_rs_seq > 0,
+        "snapshots": plan.n_rs_seq,
+        "snapshot_bytes": plan.memory,
+        "row_bytes": plan.row_bytes,
+        "why_not": plan.why_not or None,
+        "lowered": plan.lowered or None,
+    }
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -88,7 +113,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 TAPS_VIA = {
     STAGING: "through llama.cpp's staging API (its graph records layer inputs)",
     GRAPH: "through the graph's eval callback (layer outputs l_out-<il>; checked at load)",
-    NONE: "not supported: recurrent or hybrid layers cannot be rolled back after a rejection",
+    NONE: "not supported: recurrent or hybrid layers (no EAGLE drafter runs on them yet)",
 }
 
 
@@ -112,6 +137,17 @@ def format_info(info: dict[str, Any]) -> str:
     d = info.get("drafter")
     if d is None:
         lines.append(f"  EAGLE-3 taps  {TAPS_VIA[info['taps_via']]}")
+        r = info.get("recurrent")
+        if r is not None and r["rollback"]:
+            lowered = f"; fewer than usual: {r['lowered']}" if r["lowered"] else ""
+            lines.append(
+                f"  recurrent     hybrid: its state is cut back after rejected drafts by "
+                f"{r['snapshots']} snapshots ({size_text(r['snapshot_bytes'])}, "
+                f"{size_text(r['row_bytes'])} each){lowered}; drafts of at most "
+                f"{r['snapshots']} tokens (n-gram)"
+            )
+        elif r is not None:
+            lines.append(f"  recurrent     plain decoding only: {r['why_not']}")
         return "\n".join(lines)
     flags = [
         f for f in ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual") if d[f]

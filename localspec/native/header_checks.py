@@ -36,6 +36,11 @@ _NON_WEIGHT_TYPES = frozenset({_Q.I8, _Q.I16, _Q.I32, _Q.I64, _Q.F64})
 # Architectures whose attention this module knows rule by rule (their graphs in
 # src/models/*.cpp); other architectures get the checks common to every model.
 _ATTENTION_ARCHS = frozenset({"llama", "qwen2", "qwen3", "gemma3", "eagle3"})
+# hybrids whose layers alternate by full_attention_interval (a modulo in their load_hparams)
+_INTERVAL_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next", "qwen4exp", "minimax-01"})
+# ... of which these size the gated delta net's tensors by state_size x time_step_rank and its
+# graph by inner_size (head_v_dim = inner_size / time_step_rank)
+_DELTA_NET_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 # graphs that assert n_embd_head_v == n_embd_head_k (== n_rot where listed)
 _HEAD_V_IS_K = frozenset({"llama", "qwen2", "qwen3", "eagle3"})
 _HEAD_IS_ROT = frozenset({"llama", "qwen2", "qwen3"})
@@ -142,6 +147,8 @@ class _Checker:
         n_layer = self._hparams()
         if self.arch in _ATTENTION_ARCHS:
             self._attention(n_layer)
+        if self.arch in _INTERVAL_ARCHS:
+            self._linear_attention()
         self._tensors()
         self._vocab()
 
@@ -228,6 +235,29 @@ class _Checker:
                     self.fail(kgu, group_used, f"must be between 1 and {groups - 1}")
         elif groups:
             self.fail(kg, groups, f"expert groups without experts ({ke} is 0)")
+
+    # --- hybrids (their load_hparams and graphs) -------------------------------------------
+
+    def _linear_attention(self) -> None:
+        key = self.key("full_attention_interval")
+        if self.int_of(key) == 0:  # (il + 1) % full_attn_interval: SIGFPE
+            self.fail(key, 0, "every full_attention_interval-th layer is attention: at least 1")
+        if self.arch not in _DELTA_NET_ARCHS:
+            return
+        inner = self.int_of(self.key("ssm.inner_size"))
+        state = self.int_of(self.key("ssm.state_size"))
+        heads = self.int_of(self.key("ssm.time_step_rank"))
+        if inner is None or state is None or heads is None:
+            return  # llama.cpp throws "key not found" or "wrong type"
+        if inner != state * heads:
+            # GGML_ASSERT(a->ne[d] == b->ne[d]) in the graph: the tensors are sized by
+            # state_size x time_step_rank, the state by inner_size
+            self.fail(
+                self.key("ssm.inner_size"),
+                inner,
+                f"the gated delta net needs ssm.state_size x ssm.time_step_rank ({state} x "
+                f"{heads} = {state * heads})",
+            )
 
     # --- attention of the architectures known here (their load_hparams and graphs) ----------
 

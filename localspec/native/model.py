@@ -187,6 +187,7 @@ class NativeContext:
         ctx_other: NativeContext | None = None,
         embeddings_nextn: bool = False,
         graph_taps: GraphTaps | None = None,
+        n_rs_seq: int = 0,
     ) -> None:
         # llama.cpp rounds n_ctx up to a multiple of 256 but caps its batch at the n_ctx asked
         # for (llama-context.cpp): ask for the rounded size and cap the batch the same way here,
@@ -196,6 +197,12 @@ class NativeContext:
         if not 1 <= n_seq_max <= min(n_batch, 256):
             # llama.cpp aborts the process on these (a batch must fit one row per sequence)
             raise GenerationError(f"n_seq_max={n_seq_max} must be in [1, min(n_batch, 256)]")
+        if n_rs_seq and not 0 < n_rs_seq < n_batch - 1:
+            # llama.cpp aborts at the first decode unless n_ubatch > n_rs_seq + 1
+            raise GenerationError(
+                f"n_rs_seq={n_rs_seq} recurrent-state snapshots need n_batch > {n_rs_seq + 1} "
+                f"(got {n_batch})"
+            )
         params = C.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -210,6 +217,9 @@ class NativeContext:
         # a sliding-window cache prunes cells that fall out of the window; keep them all, so
         # that the cache can be cut back to any earlier position (prefix reuse, rollback)
         params.swa_full = True
+        # per-token snapshots of a recurrent state, so a sequence can be cut back a few tokens
+        # (llama.cpp clamps it to 0 on architectures that cannot roll back)
+        params.n_rs_seq = n_rs_seq
         if graph_taps is not None:
             params.cb_eval = graph_taps.callback  # GraphTaps keeps the callback object alive
             params.cb_eval_user_data = graph_taps.tag  # finds the slot: see _callback_slot
@@ -233,6 +243,7 @@ class NativeContext:
         self.n_ctx = int(C.llama_n_ctx(ptr))
         self.n_batch = n_batch
         self.n_seq_max = n_seq_max
+        self.n_rs_seq = int(C.llama_n_rs_seq(ptr))  # as llama.cpp kept it
         self.n_vocab = model.n_vocab
         self.n_embd = model.n_embd
         self.mem = C.llama_get_memory(ptr)

@@ -19,6 +19,7 @@ from .. import native as N
 from ..errors import ContextFullError, SessionStateError, UnsupportedModelError
 from ..native.header_checks import check_header
 from ..options import RuntimeOptions
+from .rollback import Rollback, RollbackGuard, plan_rollback
 from .taps import GRAPH, STAGING, CallbackTaps, StagingTaps, input_node, route_for
 
 
@@ -65,6 +66,20 @@ class Target:
         # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
         self.gap_seq = tree_nodes + 1
         self.tap_route = tap_route or route_for(self.architecture)
+        # a recurrent or hybrid state: snapshots to cut it back after rejected drafts, where
+        # llama.cpp keeps them (none: the target decodes plainly)
+        self.recurrent = self.model.recurrent
+        self.rollback = (
+            plan_rollback(
+                self.architecture,
+                self.header.arch_key,
+                n_embd=self.model.n_embd,
+                n_batch=rt.n_batch,
+                weights_bytes=self.model.size_bytes,
+            )
+            if self.recurrent
+            else Rollback(0, 0)
+        )
         asked = rt.n_ctx or trained_ctx or 4096
         self._ctx_args: dict[str, Any] = {
             "n_ctx": asked,
@@ -77,6 +92,7 @@ class Target:
             # draft tree needs one unified stream, a sequence id per leaf); the graph callback
             # needs one stream too: with several, llama.cpp reorders rows by sequence
             "kv_unified": unified_kv or n_seq == 1 or self.tap_route == GRAPH,
+            "n_rs_seq": self.rollback.n_rs_seq,
         }
         try:
             self.ctx = N.NativeContext(self.model, **self._ctx_args)
@@ -86,6 +102,9 @@ class Target:
         # the context as asked: llama.cpp allocates at least 256 cells, in steps of 256
         # (NativeContext), but no call runs past the size asked for (the cells past it only
         # serve batches that are not kept: calibration's timings)
+        if self.ctx.n_rs_seq != self.rollback.n_rs_seq:  # llama.cpp clamped it
+            self.rollback = Rollback(0, 0, f"{self.architecture}: llama.cpp keeps no snapshots")
+        self._guard = RollbackGuard(self.ctx.n_rs_seq)
         self.cells = self.ctx.n_ctx
         self.n_ctx = min(self.cells, asked)
         self.n_batch = self.ctx.n_batch  # at most cells
@@ -200,6 +219,7 @@ class Target:
         b.token[:n] = tokens
         b.set(n, self.n, all_logits=all_logits)
         self.ctx.decode(b, "target batch")
+        self._guard.decoded(n)
         self.tokens.extend(int(t) for t in tokens)
         return self.ctx.logits(n if all_logits else 1)
 
@@ -216,8 +236,24 @@ class Target:
         assert logits is not None, "prefill of no tokens"
         return logits[0], (np.concatenate(taps) if taps else None)
 
+    @property
+    def max_draft(self) -> int | None:
+        """The longest draft this target can verify and cut back (None: no limit; 0: none)."""
+        return self.rollback.n_rs_seq if self.recurrent else None
+
     def keep(self, n: int) -> None:
-        """Forget every position >= n (of the history and of parked gap cells)."""
+        """Forget every position >= n (of the history and of parked gap cells). A recurrent
+        state is cut back by its snapshots where llama.cpp's rule allows (one cut after a
+        decode, at most min(n_rs_seq, its tokens - 1)); otherwise it is rebuilt from the
+        history, never left wrong."""
+        if self.recurrent and n < self.n:
+            if self._guard.can_cut(self.n - n):
+                self.ctx.seq_rm(n)
+                self._guard.cut()
+                del self.tokens[n:]
+            else:
+                self._rebuild(n)
+            return
         if n < self.n or any(p >= n for p in self._gaps):
             self.ctx.seq_rm(n)
             if self._gaps:
@@ -229,6 +265,20 @@ class Target:
         self.ctx.clear()
         self.tokens.clear()
         self._gaps.clear()
+        self._guard.reset()
+
+    def _rebuild(self, n: int) -> None:
+        """A recurrent state its snapshots cannot cut back to n: decoded again from the
+        history's first n tokens (taps off: no drafter reads them)."""
+        history = self.tokens[:n]
+        active = self.taps_active
+        self.set_taps_active(False)
+        self.clear()
+        try:
+            for a in range(0, len(history), self.n_batch):
+                self.decode(history[a : a + self.n_batch], all_logits=False)
+        finally:
+            self.set_taps_active(active)
 
     def reusable(self, tokens: Sequence[int]) -> int:
         """How many leading positions of the cache a prompt of these tokens can keep: the
@@ -275,6 +325,7 @@ class Target:
             raise SessionStateError("the target's saved cells disagree with its history")
         self.tokens = list(state.tokens)
         self._gaps = list(state.gaps)
+        self._guard.reset()  # the restored state is cut back by rebuilding
 
     # --- draft trees ---------------------------------------------------------------------------
 

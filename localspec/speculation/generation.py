@@ -162,6 +162,8 @@ class Generation:
         tgt = parts.target
         # never draft past max_tokens or the context's end
         budget = min(self.max_tokens - stats.generated, tgt.n_ctx - tgt.n, tgt.n_batch) - 1
+        if tgt.max_draft is not None:  # a recurrent state is cut back at most this far
+            budget = min(budget, tgt.max_draft)
         w0, c0 = probe.now()
         proposal = state.lookup(sched.ngram_max, 3) if sched.wants_ngram and budget > 0 else None
         offer = proposal.offer if proposal is not None else None

@@ -633,3 +633,195 @@ def random_drafter_for(
     }
     write_eagle3_gguf(path, cfg, tensors, target_path, name="random drafter (tests)")
     return path
+
+
+def _hybrid_embd_head(rnd: Callable[..., np.ndarray], n_embd: int, cycle: int):
+    """Random embeddings and head; cycle > 0: the head follows the embeddings through a
+    permutation of short cycles (token t is followed by the next of its cycle of `cycle`
+    tokens), strongly enough that the layers only perturb it: greedy text repeats, so n-gram
+    drafts are accepted, and prompts that break the cycle make them rejected."""
+    emb = rnd(N_VOCAB, n_embd, scale=16.0 if cycle else 4.0)
+    head = rnd(N_VOCAB, n_embd, scale=4.0)
+    if cycle:
+        order = np.random.default_rng(cycle).permutation(N_VOCAB - len(SPECIALS))
+        nxt = np.arange(N_VOCAB)
+        for a in range(0, len(order) - cycle + 1, cycle):
+            ring = order[a : a + cycle]
+            nxt[ring] = np.roll(ring, -1)
+        head = head * 0.1
+        head[nxt[: N_VOCAB - len(SPECIALS)]] += emb[: N_VOCAB - len(SPECIALS)]
+    emb[-len(SPECIALS) :] = 0.0
+    head[-len(SPECIALS) :] = 0.0  # specials score 0 and never win
+    return emb, head
+
+
+# --- hybrid targets (recurrent layers beside attention): qwen35 (gated delta nets, an optional
+# MTP block) and lfm2 (short convolutions). Names and shapes follow the vendored llama.cpp's
+# loaders (src/models/qwen35.cpp, lfm2.cpp); numpy shapes are ggml's ne reversed.
+
+
+def write_qwen35_target(
+    path: str,
+    *,
+    n_embd: int = 64,
+    n_layer: int = 4,
+    mtp: bool = False,
+    seed: int = 0,
+    chat_template: str = CHATML,
+    cycle: int = 0,
+) -> str:
+    """A random `qwen35` target: every `full_attn_interval`-th layer (here the 4th: 3 linear + 1
+    attention for n_layer=4) is gated full attention (Q projection carries a sigmoid gate, q/k
+    RMS norms, partial interleaved M-RoPE); the others are gated delta net layers (fused qkv
+    projection, z gate, short causal conv, per-v-head decay ssm_a * softplus(alpha + dt_bias),
+    sigmoid beta, gated RMS norm). mtp=True appends one nextn (MTP) block after the trunk:
+    `qwen35.nextn_predict_layers = 1` and `block_count = n_layer + 1`."""
+    rnd, around_one, bias = _rng_tensors(seed)
+    rng = np.random.default_rng(seed + 1000)  # ssm_a only; keeps rnd's stream like the others
+
+    # full attention
+    n_head, n_head_kv = 4, 2
+    hd = n_embd // n_head  # head_dim (key_length = value_length)
+    n_rot = hd // 2  # partial rotary, as Qwen3.5 (64 of 256)
+    sections = [n_rot // 4, n_rot // 8, n_rot // 2 - n_rot // 4 - n_rot // 8, 0]  # sum n_rot/2
+    n_ff = 2 * n_embd
+    full_attn_interval = 4
+    # gated delta net: k heads = ssm.group_count, v heads = ssm.time_step_rank, both of size
+    # ssm.state_size; ssm.inner_size = value dim = d_state * n_v_heads
+    d_state, n_k_heads, n_v_heads, d_conv = 16, 2, 4, 4
+    key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
+    conv_dim = 2 * key_dim + value_dim
+
+    emb, head = _hybrid_embd_head(rnd, n_embd, cycle)  # specials score 0 and never win
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": emb,
+        "output_norm.weight": around_one(n_embd),
+        "output.weight": head,
+    }
+
+    def attn_block(i: int) -> None:
+        t[f"blk.{i}.attn_q.weight"] = rnd(2 * n_head * hd, n_embd)  # query and gate, per head
+        t[f"blk.{i}.attn_k.weight"] = rnd(n_head_kv * hd, n_embd)
+        t[f"blk.{i}.attn_v.weight"] = rnd(n_head_kv * hd, n_embd)
+        t[f"blk.{i}.attn_output.weight"] = rnd(n_embd, n_head * hd)
+        t[f"blk.{i}.attn_q_norm.weight"] = around_one(hd)
+        t[f"blk.{i}.attn_k_norm.weight"] = around_one(hd)
+
+    def norms_and_ffn(i: int) -> None:
+        t[f"blk.{i}.attn_norm.weight"] = around_one(n_embd)
+        t[f"blk.{i}.post_attention_norm.weight"] = around_one(n_embd)
+        t[f"blk.{i}.ffn_gate.weight"] = rnd(n_ff, n_embd)
+        t[f"blk.{i}.ffn_up.weight"] = rnd(n_ff, n_embd)
+        t[f"blk.{i}.ffn_down.weight"] = rnd(n_embd, n_ff)
+
+    for i in range(n_layer):
+        norms_and_ffn(i)
+        if (i + 1) % full_attn_interval == 0:
+            attn_block(i)
+        else:
+            t[f"blk.{i}.attn_qkv.weight"] = rnd(conv_dim, n_embd)
+            t[f"blk.{i}.attn_gate.weight"] = rnd(value_dim, n_embd)  # z
+            t[f"blk.{i}.ssm_conv1d.weight"] = rnd(conv_dim, d_conv, scale=2.0)
+            t[f"blk.{i}.ssm_dt.bias"] = bias(n_v_heads, 0.5)
+            # stored negative (-exp(A_log)); no ".weight" suffix
+            t[f"blk.{i}.ssm_a"] = -rng.uniform(0.3, 3.0, n_v_heads).astype(np.float32)
+            t[f"blk.{i}.ssm_beta.weight"] = rnd(n_v_heads, n_embd)
+            t[f"blk.{i}.ssm_alpha.weight"] = rnd(n_v_heads, n_embd)
+            t[f"blk.{i}.ssm_norm.weight"] = around_one(d_state)
+            t[f"blk.{i}.ssm_out.weight"] = rnd(n_embd, value_dim)
+    if mtp:
+        i = n_layer
+        norms_and_ffn(i)
+        attn_block(i)
+        t[f"blk.{i}.nextn.eh_proj.weight"] = rnd(n_embd, 2 * n_embd)  # [enorm(e); hnorm(h)]
+        t[f"blk.{i}.nextn.enorm.weight"] = around_one(n_embd)
+        t[f"blk.{i}.nextn.hnorm.weight"] = around_one(n_embd)
+        t[f"blk.{i}.nextn.shared_head_norm.weight"] = around_one(n_embd)
+        # nextn.embed_tokens / nextn.shared_head_head left out: token_embd / output are used
+
+    w = gguf.GGUFWriter(path, "qwen35")
+    w.add_name("tiny qwen35 test target" + (" with mtp" if mtp else ""))
+    w.add_context_length(2048)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer + (1 if mtp else 0))
+    if mtp:
+        w.add_nextn_predict_layers(1)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(10_000_000.0)
+    w.add_rope_dimension_count(n_rot)
+    w.add_rope_dimension_sections(sections)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_group_count(n_k_heads)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_inner_size(value_dim)
+    w.add_full_attention_interval(full_attn_interval)
+    w.add_vocab_size(N_VOCAB)
+    _finish(w, t, chat_template)
+    return path
+
+
+def write_lfm2_target(
+    path: str,
+    *,
+    n_embd: int = 64,
+    n_layer: int = 4,
+    seed: int = 0,
+    chat_template: str = CHATML,
+    cycle: int = 0,
+) -> str:
+    """A random `lfm2` target: short-conv layers (in_proj to B, C, x; causal depthwise conv of
+    B*x over l_cache taps; C * conv; out_proj) and attention layers (q/k RMS norms, NEOX RoPE)
+    chosen by a per-layer head_count_kv array (0 = conv). One attention layer at index
+    n_layer // 2 (3 conv + 1 attention for n_layer=4). Each layer: operator norm, mixer,
+    ffn_norm, SwiGLU FFN. The final norm is named `token_embd_norm` (llama.cpp's LFM2 quirk)."""
+    rnd, around_one, _ = _rng_tensors(seed)
+    n_head, n_head_kv, l_cache = 4, 2, 3
+    hd = n_embd // n_head
+    n_ff = 2 * n_embd
+    attn_layers = {n_layer // 2}
+    head_kv = [n_head_kv if i in attn_layers else 0 for i in range(n_layer)]
+
+    emb, head = _hybrid_embd_head(rnd, n_embd, cycle)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": emb,
+        "token_embd_norm.weight": around_one(n_embd),  # the output norm
+        "output.weight": head,
+    }
+    for i in range(n_layer):
+        t[f"blk.{i}.attn_norm.weight"] = around_one(n_embd)
+        t[f"blk.{i}.ffn_norm.weight"] = around_one(n_embd)
+        t[f"blk.{i}.ffn_gate.weight"] = rnd(n_ff, n_embd)
+        t[f"blk.{i}.ffn_up.weight"] = rnd(n_ff, n_embd)
+        t[f"blk.{i}.ffn_down.weight"] = rnd(n_embd, n_ff)
+        if i in attn_layers:
+            t[f"blk.{i}.attn_q.weight"] = rnd(n_head * hd, n_embd)
+            t[f"blk.{i}.attn_k.weight"] = rnd(n_head_kv * hd, n_embd)
+            t[f"blk.{i}.attn_v.weight"] = rnd(n_head_kv * hd, n_embd)
+            t[f"blk.{i}.attn_output.weight"] = rnd(n_embd, n_head * hd)
+            t[f"blk.{i}.attn_q_norm.weight"] = around_one(hd)
+            t[f"blk.{i}.attn_k_norm.weight"] = around_one(hd)
+        else:
+            t[f"blk.{i}.shortconv.in_proj.weight"] = rnd(3 * n_embd, n_embd, scale=2.0)
+            t[f"blk.{i}.shortconv.conv.weight"] = rnd(n_embd, l_cache, scale=2.0)
+            t[f"blk.{i}.shortconv.out_proj.weight"] = rnd(n_embd, n_embd)
+
+    w = gguf.GGUFWriter(path, "lfm2")
+    w.add_name("tiny lfm2 test target")
+    w.add_context_length(2048)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(head_kv)  # per layer: 0 marks a short-conv layer
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_shortconv_l_cache(l_cache)
+    w.add_vocab_size(N_VOCAB)
+    _finish(w, t, chat_template)
+    return path

@@ -407,7 +407,51 @@ def _drafter_cases() -> list[Case]:
     ]
 
 
-CASES = [*_llama_cases(), *_qwen2_cases(), *_gemma3_cases(), *_drafter_cases()]
+def _hybrid_cases() -> list[Case]:
+    """The recurrent hyperparameters of the hybrids that draft (qwen35 with its MTP block,
+    lfm2): state sizes, the conv kernel, group counts, the attention interval, the MTP count."""
+    q = "qwen35"
+    rows = [("unchanged", None, "OK")]
+    for key, values in (
+        ("ssm.conv_kernel", (0, 1, 2, BIG)),
+        ("ssm.state_size", (0, 3, 32, BIG)),
+        ("ssm.group_count", (0, 3, 4, BIG)),
+        ("ssm.time_step_rank", (0, 3, 8, BIG)),
+        ("ssm.inner_size", (0, 63, 128, BIG)),
+        ("full_attention_interval", (0, 1, 2, 5, BIG)),
+        ("nextn_predict_layers", (0, 2, 5, 6, BIG)),
+    ):
+        rows += [(f"{key}-{v}", _set(f"{q}.{key}", v, U32), ANY) for v in values]
+    # what llama.cpp aborts on (SIGFPE, a graph shape assert): refused first
+    rows += [
+        ("interval-zero", _set(f"{q}.full_attention_interval", 0, U32), MFE, "interval is 0"),
+        ("inner-63", _set(f"{q}.ssm.inner_size", 63, U32), MFE, "16 x 4 = 64"),
+        ("inner-128", _set(f"{q}.ssm.inner_size", 128, U32), MFE, "ssm.inner_size is 128"),
+    ]
+    rows.append(
+        ("rope-sections-short", _set(f"{q}.rope.dimension_sections", (I32, [2, 1]), ARR), ANY)
+    )
+    lf = "lfm2"
+    lrows = [("unchanged", None, "OK")]
+    lrows += [
+        (f"l_cache-{v}", _set(f"{lf}.shortconv.l_cache", v, U32), ANY) for v in (0, 1, 2, 5, BIG)
+    ]
+    lrows += [
+        ("kv-all-conv", _set(f"{lf}.attention.head_count_kv", (I32, [0, 0, 0, 0]), ARR), ANY),
+        ("kv-all-attn", _set(f"{lf}.attention.head_count_kv", (I32, [2, 2, 2, 2]), ARR), ANY),
+        ("kv-short", _set(f"{lf}.attention.head_count_kv", (I32, [0, 0]), ARR), ANY),
+        ("kv-scalar", _set(f"{lf}.attention.head_count_kv", 2, U32), ANY),
+    ]
+    return [*_cases("qwen35_mtp", rows), *_cases("lfm2", lrows)]
+
+
+CASES = [
+    *_llama_cases(),
+    *_qwen2_cases(),
+    *_gemma3_cases(),
+    *_drafter_cases(),
+    *_hybrid_cases(),
+]
 
 
 @pytest.fixture(scope="module")
@@ -418,6 +462,8 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "llama": t,
         "qwen2": tm.write_qwen2_target(str(d / "qwen2.gguf")),
         "gemma3": tm.write_gemma3_target(str(d / "gemma3.gguf")),
+        "qwen35_mtp": tm.write_qwen35_target(str(d / "qwen35.gguf"), mtp=True),
+        "lfm2": tm.write_lfm2_target(str(d / "lfm2.gguf")),
         "draft": tm.write_drafter(str(d / "draft.gguf"), t),
         "draft_d2t": tm.write_drafter(str(d / "d2t.gguf"), t, tm.DrafterShape(draft_vocab=64)),
         "draft_own": tm.write_drafter(

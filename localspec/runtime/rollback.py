@@ -1,0 +1,158 @@
+"""Cutting a hybrid target's recurrent state back after rejected drafts.
+
+Attention layers keep a cache that can be cut at any position; recurrent layers (gated delta
+nets, short convolutions, Mamba-2) keep one state that each token overwrites. The llama.cpp
+that localspec runs keeps, per sequence, `n_rs_seq` per-token snapshots of that state on the
+architectures in `ROLLBACK_ARCHS` (llm_arch_supports_rs_rollback), so a verify batch whose last
+tokens were rejected can be cut back with one `seq_rm`, as an attention cache is.
+
+Its rules, each seen to abort the process, fail or silently corrupt the state (notes 19), and
+kept here and in Target.keep before llama.cpp sees a call:
+- a context's n_ubatch must exceed n_rs_seq + 1 (an abort at the first decode otherwise);
+- one cut back after a decode, of at most min(n_rs_seq, the decode's tokens - 1) tokens: a
+  second cut before the next decode, or a longer one, fails or leaves a wrong state. A cut the
+  snapshots cannot serve rebuilds the state from the history instead (clear and prefill).
+
+The snapshots cost memory: each recurrent layer keeps, per snapshot, its convolution state
+(n_embd_r) and its recurrent state (n_embd_s) in f32, as llama.cpp's hparams size them. At most
+`MEMORY_SHARE` of the model's weights go to them; drafts never run longer than the snapshots
+kept (the scheduler's budget is capped at n_rs_seq).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ROLLBACK_ARCHS = frozenset(
+    {
+        "qwen35", "qwen35moe", "qwen4exp", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
+        "deepseek4", "glm5-next", "kimi-k3", "bailingmoe3",
+    }
+)  # fmt: skip
+# the rollback archs whose state size localspec computes from the header (the others run plain)
+_DELTA_NET = frozenset({"qwen35", "qwen35moe", "qwen4exp"})
+_SHORT_CONV = frozenset({"lfm2", "lfm2moe"})
+_MAMBA2 = frozenset({"nemotron_h", "nemotron_h_moe"})
+SIZED_ARCHS = _DELTA_NET | _SHORT_CONV | _MAMBA2
+
+DEFAULT_RS_SEQ = 16  # snapshots kept: the longest draft a hybrid target verifies
+MEMORY_SHARE = 0.10  # of the model's weights, the most the snapshots may take
+F32 = 4
+
+
+def size_text(n: float) -> str:
+    """Bytes as a person reads them."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """How a target's recurrent state is cut back: n_rs_seq snapshots of row_bytes each (0: it
+    cannot be, and why)."""
+
+    n_rs_seq: int
+    row_bytes: int  # one snapshot of every recurrent layer's state
+    why_not: str = ""  # when n_rs_seq is 0: why (for the notes and `info`)
+    lowered: str = ""  # when fewer than DEFAULT_RS_SEQ: why
+
+    @property
+    def memory(self) -> int:
+        """Bytes the snapshots take (beside the state itself)."""
+        return self.n_rs_seq * self.row_bytes
+
+
+def _per_layer(value: Any, n_layer: int) -> list[int] | None:
+    if isinstance(value, int):
+        return [value] * n_layer
+    if isinstance(value, (list, tuple)) and len(value) >= n_layer:
+        return [int(v) for v in value[:n_layer]]
+    return None
+
+
+def recurrent_row_bytes(arch: str, key: Any, n_embd: int) -> int | None:
+    """One snapshot of every recurrent layer's state, in bytes, from the header (key: the
+    header's arch_key); None for an architecture or header localspec cannot size."""
+    n_block = key("block_count")
+    if not isinstance(n_block, int) or n_block < 1 or n_embd < 1:
+        return None
+    nextn = key("nextn_predict_layers")
+    n_layer = n_block - (nextn if isinstance(nextn, int) and 0 <= nextn < n_block else 0)
+    if arch in _SHORT_CONV:
+        l_cache, kv = key("shortconv.l_cache"), _per_layer(key("attention.head_count_kv"), n_layer)
+        if not isinstance(l_cache, int) or l_cache < 1 or kv is None:
+            return None
+        recurrent = sum(1 for h in kv if h == 0)
+        return recurrent * n_embd * (l_cache - 1) * F32
+    d_conv, d_inner = key("ssm.conv_kernel"), key("ssm.inner_size")
+    d_state, n_group = key("ssm.state_size"), key("ssm.group_count")
+    if not all(isinstance(v, int) and v >= 0 for v in (d_conv, d_inner, d_state, n_group)):
+        return None
+    if arch in _DELTA_NET:
+        interval = key("full_attention_interval")
+        if interval is None:
+            interval = 4  # llama.cpp's default when the key is absent
+        if not isinstance(interval, int) or interval < 1:
+            return None
+        recurrent = sum(1 for il in range(n_layer) if (il + 1) % interval != 0)
+    elif arch in _MAMBA2:
+        kv = _per_layer(key("attention.head_count_kv"), n_layer)
+        ff = _per_layer(key("feed_forward_length"), n_layer)
+        if kv is None or ff is None:
+            return None
+        recurrent = sum(1 for h, f in zip(kv, ff, strict=True) if h == 0 and f == 0)
+    else:
+        return None
+    conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    return recurrent * (conv + d_state * d_inner) * F32
+
+
+def plan_rollback(
+    arch: str, key: Any, *, n_embd: int, n_batch: int, weights_bytes: int
+) -> Rollback:
+    """The snapshots a target of this architecture keeps: DEFAULT_RS_SEQ, fewer where n_batch
+    or the memory share allows fewer, none where the architecture cannot roll back."""
+    if arch not in ROLLBACK_ARCHS:
+        return Rollback(0, 0, f"{arch}: llama.cpp keeps no snapshots of its recurrent state")
+    row = recurrent_row_bytes(arch, key, n_embd)
+    if row is None:
+        return Rollback(0, 0, f"{arch}: localspec cannot size its recurrent state yet")
+    n, lowered = DEFAULT_RS_SEQ, ""
+    if n_batch - 2 < n:
+        n, lowered = max(n_batch - 2, 0), f"n_batch {n_batch} leaves room for {n_batch - 2}"
+    if row > 0 and n * row > MEMORY_SHARE * weights_bytes:
+        fit = int(MEMORY_SHARE * weights_bytes // row)
+        if fit < n:
+            n = fit
+            lowered = (
+                f"{fit} snapshots of {size_text(row)} fit in {MEMORY_SHARE:.0%} of the "
+                f"weights ({size_text(weights_bytes)})"
+            )
+    if n < 1:
+        return Rollback(0, row, f"no recurrent-state snapshot fits ({lowered})")
+    return Rollback(n, row, lowered=lowered)
+
+
+class RollbackGuard:
+    """Tracks, for one context, what llama.cpp can cut back now: after a decode of `batch`
+    tokens, one cut of at most min(n_rs_seq, batch - 1) tokens."""
+
+    def __init__(self, n_rs_seq: int) -> None:
+        self.n_rs_seq = n_rs_seq
+        self._last = 0  # tokens of the last decode (0: none since a cut or a clear)
+
+    def decoded(self, tokens: Sequence[int] | int) -> None:
+        self._last = tokens if isinstance(tokens, int) else len(tokens)
+
+    def reset(self) -> None:
+        self._last = 0
+
+    def can_cut(self, back: int) -> bool:
+        return 0 < back <= min(self.n_rs_seq, self._last - 1)
+
+    def cut(self) -> None:
+        self._last = 0  # a second cut must wait for the next decode

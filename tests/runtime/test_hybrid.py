@@ -1,0 +1,181 @@
+"""Hybrid targets (recurrent layers beside attention) get speculation where llama.cpp keeps
+snapshots of the recurrent state (runtime/rollback.py): the state is cut back after rejected
+drafts as the attention cache is, or rebuilt where its rules do not allow a cut, never left
+wrong. Tiny qwen35 (gated delta nets) and lfm2 (short convolutions) targets, written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import localspec
+from localspec.errors import GenerationError
+from localspec.lowlevel import parts
+from localspec.native.gguf_header import GGUFHeader
+from localspec.native.model import NativeContext, NativeModel
+from localspec.options import RuntimeOptions
+from localspec.runtime.rollback import (
+    DEFAULT_RS_SEQ,
+    RollbackGuard,
+    plan_rollback,
+    recurrent_row_bytes,
+)
+from localspec.runtime.target import Target
+
+from helpers import tinymodels as tm
+from helpers.greedy import assert_greedy_lossless
+
+EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
+WRITERS = {"qwen35": tm.write_qwen35_target, "lfm2": tm.write_lfm2_target}
+
+
+@pytest.fixture(scope="module", params=sorted(WRITERS))
+def hybrid(request, tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("hybrid") / f"{request.param}.gguf"
+    return WRITERS[request.param](str(path), cycle=8)
+
+
+def test_snapshot_rows_are_sized_as_llama_cpp_sizes_them(tmp_path) -> None:
+    """One snapshot of every recurrent layer: conv state (d_conv-1)(d_inner+2 n_group d_state)
+    plus the delta-net state d_state d_inner (qwen35: 3 of 4 layers recurrent), or the short
+    convolution's n_embd (l_cache-1) (lfm2: 3 of 4), f32."""
+    q = GGUFHeader(tm.write_qwen35_target(str(tmp_path / "q.gguf")))
+    assert (
+        recurrent_row_bytes("qwen35", q.arch_key, 64) == 3 * (3 * (64 + 2 * 2 * 16) + 16 * 64) * 4
+    )
+    m = GGUFHeader(tm.write_qwen35_target(str(tmp_path / "m.gguf"), mtp=True))
+    assert recurrent_row_bytes("qwen35", m.arch_key, 64) == 3 * (3 * 128 + 16 * 64) * 4  # no MTP
+    lf = GGUFHeader(tm.write_lfm2_target(str(tmp_path / "l.gguf")))
+    assert recurrent_row_bytes("lfm2", lf.arch_key, 64) == 3 * 64 * 2 * 4
+    assert recurrent_row_bytes("mamba", lf.arch_key, 64) is None
+
+
+def test_a_qwen35_27b_like_shape_and_the_memory_share() -> None:
+    """48 gated delta-net layers of 64 (16 k-heads, 48 v-heads of 128, conv 4): about 150 MiB
+    a snapshot, so 16 GiB of weights hold 10 (1.6 GiB), not DEFAULT_RS_SEQ."""
+    keys = {
+        "block_count": 64, "full_attention_interval": 4, "ssm.conv_kernel": 4,
+        "ssm.inner_size": 48 * 128, "ssm.state_size": 128, "ssm.group_count": 16,
+    }  # fmt: skip
+    row = recurrent_row_bytes("qwen35", keys.get, 5120)
+    assert row is not None and 145 < row / 2**20 < 155
+    plan = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=512, weights_bytes=16 << 30)
+    assert plan.n_rs_seq == int(0.1 * (16 << 30) // row) < DEFAULT_RS_SEQ
+    assert "fit in 10% of the weights" in plan.lowered
+    small = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=8, weights_bytes=1 << 40)
+    assert small.n_rs_seq == 6 and "n_batch 8" in small.lowered  # n_ubatch > n_rs_seq + 1
+    none = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=2, weights_bytes=1 << 40)
+    assert none.n_rs_seq == 0 and "no recurrent-state snapshot fits" in none.why_not
+    mamba = plan_rollback("mamba", keys.get, n_embd=64, n_batch=512, weights_bytes=1 << 30)
+    assert mamba.n_rs_seq == 0 and "keeps no snapshots" in mamba.why_not
+
+
+def test_the_guard_allows_one_cut_after_a_decode_within_its_rule() -> None:
+    g = RollbackGuard(4)
+    assert not g.can_cut(1)  # nothing decoded yet
+    g.decoded(5)
+    assert g.can_cut(4) and not g.can_cut(5)  # at most n_rs_seq
+    g.decoded(3)
+    assert g.can_cut(2) and not g.can_cut(3)  # at most the batch's tokens - 1
+    g.cut()
+    assert not g.can_cut(1)  # a second cut waits for the next decode
+
+
+def test_a_context_that_would_abort_is_refused(hybrid) -> None:
+    model = NativeModel(hybrid, n_gpu_layers=0)
+    try:
+        with pytest.raises(GenerationError, match=r"n_rs_seq=8 .* need n_batch > 9"):
+            NativeContext(model, n_ctx=256, n_batch=9, n_threads=1, n_rs_seq=8)
+        ctx = NativeContext(model, n_ctx=256, n_batch=10, n_threads=1, n_rs_seq=8)
+        assert ctx.n_rs_seq == 8
+        ctx.close()
+    finally:
+        model.close()
+
+
+def _fresh_logits(path: str, tokens: list[int]) -> np.ndarray:
+    """The next-token logits after tokens, fed one at a time to a new target."""
+    t = Target(path, RuntimeOptions(**EXACT))
+    try:
+        logits = None
+        for tok in tokens:
+            logits = np.array(t.decode([tok], all_logits=False)[0])
+        assert logits is not None
+        return logits
+    finally:
+        t.close()
+
+
+def test_cut_back_and_rebuilt_states_equal_a_fresh_one(hybrid) -> None:
+    """A cut by the snapshots, a second cut before the next decode (rebuilt) and a cut longer
+    than the snapshots (rebuilt): the next logits equal a fresh context's; a cut the guard let
+    through to llama.cpp wrongly would differ by whole logits (the state holds the cut tokens)."""
+    t = Target(hybrid, RuntimeOptions(**EXACT))
+    try:
+        assert t.recurrent and t.max_draft == t.rollback.n_rs_seq > 0
+        rs = t.rollback.n_rs_seq
+        prompt = [int(x) for x in np.random.default_rng(1).integers(0, 250, 12)]
+        t.prefill(prompt)
+        tail = [7, 8, 9, 10, 11]
+        t.decode(tail, all_logits=True)
+        t.keep(len(prompt) + 2)  # a cut of 3 (the snapshots)
+        t.keep(len(prompt) + 1)  # a second cut before a decode: rebuilt
+        want = _fresh_logits(hybrid, [*prompt, 7, 42])
+        got = np.array(t.decode([42], all_logits=False)[0])
+        assert np.abs(got - want).max() < 1e-3 * max(1.0, float(np.abs(want).max()))
+        long = list(range(20, 20 + rs + 2))
+        t.decode(long, all_logits=True)
+        t.keep(t.n - rs - 1)  # longer than the snapshots: rebuilt
+        want = _fresh_logits(hybrid, [*prompt, 7, 42, 20, 43])
+        got = np.array(t.decode([43], all_logits=False)[0])
+        assert np.abs(got - want).max() < 1e-3 * max(1.0, float(np.abs(want).max()))
+        stale = _fresh_logits(hybrid, [*prompt, 7, 42, *long, 43])
+        assert np.abs(stale - want).max() > 0.1  # the check can tell a wrong state
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize(("source", "k"), [("ngram", 4), ("ngram", "auto"), ("auto", "auto")])
+def test_ngram_drafts_on_a_hybrid_are_lossless_and_accepted(hybrid, source, k) -> None:
+    """Greedy output equals plain decoding replayed one token at a time (near-tie rule), with
+    drafts accepted and rejected (rollbacks of every length up to the snapshots) on the way."""
+    eng = localspec.load(hybrid, draft=False, **EXACT)
+    try:
+        assert eng.drafting.can_draft and not eng.drafting.has_drafter
+        prompt = "the cat sat on the mat; the cat sat on the hat; the dog"
+        # the session's n-gram memory: the reply seen once (lfm2's text does not repeat itself)
+        eng.complete(prompt, max_tokens=48, n_draft=2, draft_source="ngram")
+        c = eng.complete(prompt, max_tokens=96, n_draft=k, draft_source=source)
+        s = eng.last_stats
+        assert s.drafted > 0 and s.accepted > 0, s.as_dict()
+        assert 0 < len(s.drafted_at) <= parts(eng).target.max_draft  # no draft past the snapshots
+        assert_greedy_lossless(eng, prompt, c)
+    finally:
+        eng.close()
+
+
+def test_a_fixed_chain_longer_than_the_snapshots_is_cut_to_them(hybrid) -> None:
+    eng = localspec.load(hybrid, draft=False, **EXACT)
+    try:
+        rs = parts(eng).target.max_draft
+        assert rs is not None and 0 < rs <= DEFAULT_RS_SEQ
+        prompt = "the cat sat on the mat; the cat sat on the mat; the cat"
+        eng.complete(prompt, max_tokens=48, n_draft=2, draft_source="ngram")
+        c = eng.complete(prompt, max_tokens=64, n_draft=32, draft_source="ngram")
+        assert eng.last_stats.drafted > 0 and len(eng.last_stats.drafted_at) <= rs
+        assert_greedy_lossless(eng, prompt, c)
+    finally:
+        eng.close()
+
+
+def test_info_says_how_a_hybrid_is_speculated_on(tmp_path) -> None:
+    from localspec.files.fileinfo import describe, format_info
+
+    q = describe(tm.write_qwen35_target(str(tmp_path / "q.gguf")))
+    r = q["recurrent"]
+    assert r["rollback"] and r["snapshots"] == 4 and r["snapshot_bytes"] == 4 * r["row_bytes"]
+    text = format_info(q)
+    assert "cut back after rejected drafts by 4 snapshots (66.0 KiB, 16.5 KiB each)" in text
+    assert "fit in 10% of the weights" in text
+    m = format_info(describe(tm.write_mamba_target(str(tmp_path / "m.gguf"))))
+    assert "plain decoding only: mamba: llama.cpp keeps no snapshots" in m

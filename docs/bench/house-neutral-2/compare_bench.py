@@ -31,5 +31,7 @@ for setting in runs["old1"]:
     old = [runs[n][setting][0] for n in runs if n.startswith("old")]
     new = [runs[n][setting][0] for n in runs if n.startswith("new")]
     mism = {n: runs[n][setting][1] for n in runs}
-    print(f"{setting:8s} old {sum(old) / 4:7.2f} tok/s  new {sum(new) / 4:7.2f} tok/s  "
-          f"new/old {sum(new) / sum(old):.3f}  replies unlike plain's per run {mism}")
+    print(
+        f"{setting:8s} old {sum(old) / 4:7.2f} tok/s  new {sum(new) / 4:7.2f} tok/s  "
+        f"new/old {sum(new) / sum(old):.3f}  replies unlike plain's per run {mism}"
+    )

@@ -5,9 +5,10 @@ files, proofread texts, reshaped JSON, an earlier answer repeated with one chang
 one target GGUF under each setting, interleaved per prompt and round (the settings in a rotated
 order), each formatted with the target's own chat template:
 
-- localspec `plain` (no drafter, n_draft=0), `auto` (draft_source="auto": the cost model picks
-  plain decoding, n-gram drafts from the context or the EAGLE drafter each step), `ngram` (n-gram
-  drafts only) and, with --draft, `eagle` (the EAGLE drafter only);
+- localspec `plain` (n_draft=0, on an engine loaded with draft_source="none"), `auto`
+  (draft_source="auto": the cost model picks plain decoding, n-gram drafts from the context or
+  the EAGLE drafter each step), `ngram` (n-gram drafts only) and, with --draft, `eagle` (the
+  EAGLE drafter only);
 - llama-cpp-python's prompt-lookup decoding (`llama_cpp.Llama(draft_model=
   LlamaPromptLookupDecoding(...))`, `create_chat_completion`) and the same Llama without a
   draft model as that peer's own plain baseline;
@@ -596,13 +597,17 @@ def main() -> int:
     notes: list[str] = []
     try:
         fa_opt = {"flash_attn": FLASH_ATTN[0]}
-        plain_eng = localspec.load(target, draft=False, n_ctx=N_CTX, n_threads=T, **fa_opt)
+        # plain decoding as a user who asks for it runs it: an engine loaded for it (a hybrid
+        # target keeps no snapshots of its recurrent state there, which cost every decode)
+        plain_eng = localspec.load(
+            target, draft=False, draft_source="none", n_ctx=N_CTX, n_threads=T, **fa_opt
+        )
         closers.append(plain_eng.close)
         settings.append(Setting("plain", "localspec", localspec_answer(plain_eng, {"n_draft": 0})))
-        spec_eng = plain_eng
-        if args.draft:
-            spec_eng = localspec.load(target, draft=args.draft, n_ctx=N_CTX, n_threads=T, **fa_opt)
-            closers.append(spec_eng.close)
+        spec_eng = localspec.load(
+            target, draft=args.draft or False, n_ctx=N_CTX, n_threads=T, **fa_opt
+        )
+        closers.append(spec_eng.close)
         why = check_draft_source(spec_eng)
         if why:
             notes.append(f"localspec auto/ngram/eagle settings skipped: {why}")

@@ -190,7 +190,11 @@ class Engine:
             # no drafter: n-gram chains need no tree sequences, and each sequence costs a
             # sliding-window cache (Gemma 3) or a recurrent state its memory
             self._max_tree = 0
-        self._target = Target(target_path, self._rt, tree_nodes=self._max_tree)
+        # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
+        # they cost every decode a few percent (benchmarks/bench_rollback.py)
+        self._target = Target(
+            target_path, self._rt, tree_nodes=self._max_tree, rollback=self._source != "none"
+        )
         try:
             passed = ""
             if draft is None:
@@ -266,6 +270,7 @@ class Engine:
             architecture=self._target.architecture,
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
+            no_draft_note=self._target.rollback.why_not if not self._can_draft else "",
         )
 
     @property

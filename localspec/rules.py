@@ -42,6 +42,7 @@ class Drafting:
     architecture: str
     max_tree: int  # nodes one verify batch holds
     max_top_k: int  # the widest frontier the drafter's batch holds
+    no_draft_note: str = ""  # when it cannot draft: why (else the recurrent layers are named)
 
 
 def loads_drafter(draft: Any, draft_source: DraftSource) -> bool:
@@ -99,8 +100,10 @@ def draft_mode(
     if not facts.can_draft:
         if asked or source != "auto":
             notes.append(
-                f"{facts.architecture} has recurrent layers, whose state cannot be cut back "
-                "after a rejected draft: plain decoding"
+                f"{facts.no_draft_note}: plain decoding"
+                if facts.no_draft_note
+                else f"{facts.architecture} has recurrent layers, whose state cannot be cut "
+                "back after a rejected draft: plain decoding"
             )
         return Mode("plain"), notes
     if source == "ngram":

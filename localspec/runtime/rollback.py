@@ -117,10 +117,15 @@ def plan_rollback(
     """The snapshots a target of this architecture keeps: DEFAULT_RS_SEQ, fewer where n_batch
     or the memory share allows fewer, none where the architecture cannot roll back."""
     if arch not in ROLLBACK_ARCHS:
-        return Rollback(0, 0, f"{arch}: llama.cpp keeps no snapshots of its recurrent state")
+        return Rollback(
+            0,
+            0,
+            f"{arch} has recurrent layers and llama.cpp keeps no snapshots of their state, so "
+            "it cannot be cut back after a rejected draft",
+        )
     row = recurrent_row_bytes(arch, key, n_embd)
     if row is None:
-        return Rollback(0, 0, f"{arch}: localspec cannot size its recurrent state yet")
+        return Rollback(0, 0, f"{arch} has recurrent layers whose state localspec cannot size yet")
     n, lowered = DEFAULT_RS_SEQ, ""
     if n_batch - 2 < n:
         n, lowered = max(n_batch - 2, 0), f"n_batch {n_batch} leaves room for {n_batch - 2}"
@@ -133,7 +138,7 @@ def plan_rollback(
                 f"weights ({size_text(weights_bytes)})"
             )
     if n < 1:
-        return Rollback(0, row, f"no recurrent-state snapshot fits ({lowered})")
+        return Rollback(0, row, f"{arch}: no snapshot of its recurrent state fits ({lowered})")
     return Rollback(n, row, lowered=lowered)
 
 

@@ -44,12 +44,14 @@ class Target:
         tree_nodes: int = 0,
         tap_route: str | None = None,
         unified_kv: bool = False,
+        rollback: bool = True,
     ) -> None:
         """n_seq > 1: independent sequences, each in its own KV stream (training data);
         tree_nodes > 0: draft trees of up to that many nodes can be verified; tap_route: force
         taps.GRAPH on an architecture the staging API serves too (to compare the two);
         unified_kv: the sequences share one KV stream, so rows of several fill one ubatch
-        (a prefill of many short texts)."""
+        (a prefill of many short texts); rollback: a recurrent state keeps snapshots to cut it
+        back after rejected drafts (False: plain decoding only, which they would slow)."""
         rt = rt.checked()
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -70,7 +72,14 @@ class Target:
         # llama.cpp keeps them (none: the target decodes plainly)
         self.recurrent = self.model.recurrent
         self.rollback = (
-            plan_rollback(
+            Rollback(
+                0,
+                0,
+                f"{self.architecture}: loaded for plain decoding (draft_source none), so no "
+                "snapshots of its recurrent state are kept",
+            )
+            if self.recurrent and not rollback
+            else plan_rollback(
                 self.architecture,
                 self.header.arch_key,
                 n_embd=self.model.n_embd,
@@ -103,7 +112,9 @@ class Target:
         # (NativeContext), but no call runs past the size asked for (the cells past it only
         # serve batches that are not kept: calibration's timings)
         if self.ctx.n_rs_seq != self.rollback.n_rs_seq:  # llama.cpp clamped it
-            self.rollback = Rollback(0, 0, f"{self.architecture}: llama.cpp keeps no snapshots")
+            self.rollback = Rollback(
+                0, 0, f"{self.architecture}: llama.cpp keeps no snapshots of its recurrent state"
+            )
         self._guard = RollbackGuard(self.ctx.n_rs_seq)
         self.cells = self.ctx.n_ctx
         self.n_ctx = min(self.cells, asked)

@@ -65,9 +65,9 @@ def test_a_qwen35_27b_like_shape_and_the_memory_share() -> None:
     small = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=8, weights_bytes=1 << 40)
     assert small.n_rs_seq == 6 and "n_batch 8" in small.lowered  # n_ubatch > n_rs_seq + 1
     none = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=2, weights_bytes=1 << 40)
-    assert none.n_rs_seq == 0 and "no recurrent-state snapshot fits" in none.why_not
+    assert none.n_rs_seq == 0 and "qwen35: no snapshot of its recurrent state fits" in none.why_not
     mamba = plan_rollback("mamba", keys.get, n_embd=64, n_batch=512, weights_bytes=1 << 30)
-    assert mamba.n_rs_seq == 0 and "keeps no snapshots" in mamba.why_not
+    assert mamba.n_rs_seq == 0 and "llama.cpp keeps no snapshots of their state" in mamba.why_not
 
 
 def test_the_guard_allows_one_cut_after_a_decode_within_its_rule() -> None:
@@ -178,4 +178,26 @@ def test_info_says_how_a_hybrid_is_speculated_on(tmp_path) -> None:
     assert "cut back after rejected drafts by 4 snapshots (66.0 KiB, 16.5 KiB each)" in text
     assert "fit in 10% of the weights" in text
     m = format_info(describe(tm.write_mamba_target(str(tmp_path / "m.gguf"))))
-    assert "plain decoding only: mamba: llama.cpp keeps no snapshots" in m
+    assert "plain decoding only: mamba has recurrent layers and llama.cpp keeps no snapshots" in m
+
+
+def test_what_runs_plain_says_why(tmp_path) -> None:
+    """A hybrid loaded for plain decoding keeps no snapshots (they cost every decode); a call
+    asking it for drafts, and any on a recurrent target llama.cpp keeps none for, runs plain
+    and says why."""
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    with localspec.load(q, draft=False, draft_source="none", **EXACT) as eng:
+        assert parts(eng).target.max_draft == 0 and not eng.drafting.can_draft
+        c = eng.complete("the cat sat", max_tokens=8, n_draft=4, draft_source="ngram")
+        assert c.stats.drafted == 0
+        assert c.stats.notes == [
+            "qwen35: loaded for plain decoding (draft_source none), so no snapshots of its "
+            "recurrent state are kept: plain decoding"
+        ]
+    m = tm.write_mamba_target(str(tmp_path / "m.gguf"))
+    with localspec.load(m, draft=False, **EXACT) as eng:
+        c = eng.complete("the cat sat", max_tokens=8, n_draft=4, draft_source="ngram")
+        assert c.stats.drafted == 0 and c.stats.notes == [
+            "mamba has recurrent layers and llama.cpp keeps no snapshots of their state, so it "
+            "cannot be cut back after a rejected draft: plain decoding"
+        ]

@@ -21,7 +21,6 @@ kept (the scheduler's budget is capped at n_rs_seq).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,8 +149,8 @@ class RollbackGuard:
         self.n_rs_seq = n_rs_seq
         self._last = 0  # tokens of the last decode (0: none since a cut or a clear)
 
-    def decoded(self, tokens: Sequence[int] | int) -> None:
-        self._last = tokens if isinstance(tokens, int) else len(tokens)
+    def decoded(self, n_tokens: int) -> None:
+        self._last = n_tokens
 
     def reset(self) -> None:
         self._last = 0

@@ -71,24 +71,27 @@ class Target:
         # a recurrent or hybrid state: snapshots to cut it back after rejected drafts, where
         # llama.cpp keeps them (none: the target decodes plainly)
         self.recurrent = self.model.recurrent
-        self.rollback = (
-            Rollback(
+        self.rollback = Rollback(0, 0)
+        if self.recurrent and not rollback:
+            self.rollback = Rollback(
                 0,
                 0,
                 f"{self.architecture}: loaded for plain decoding (draft_source none), so no "
                 "snapshots of its recurrent state are kept",
             )
-            if self.recurrent and not rollback
-            else plan_rollback(
+        elif self.recurrent and (n_seq > 1 or tree_nodes):
+            # drafts are verified in one sequence: parallel ones (training data) keep none
+            self.rollback = Rollback(
+                0, 0, f"{self.architecture}: parallel sequences keep no snapshots of its state"
+            )
+        elif self.recurrent:
+            self.rollback = plan_rollback(
                 self.architecture,
                 self.header.arch_key,
                 n_embd=self.model.n_embd,
                 n_batch=rt.n_batch,
                 weights_bytes=self.model.size_bytes,
             )
-            if self.recurrent
-            else Rollback(0, 0)
-        )
         asked = rt.n_ctx or trained_ctx or 4096
         self._ctx_args: dict[str, Any] = {
             "n_ctx": asked,

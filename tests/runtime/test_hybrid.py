@@ -194,6 +194,11 @@ def test_what_runs_plain_says_why(tmp_path) -> None:
             "qwen35: loaded for plain decoding (draft_source none), so no snapshots of its "
             "recurrent state are kept: plain decoding"
         ]
+    parallel = Target(q, RuntimeOptions(**EXACT), n_seq=2)  # training data: no drafts
+    try:
+        assert parallel.ctx.n_rs_seq == 0 and parallel.max_draft == 0
+    finally:
+        parallel.close()
     m = tm.write_mamba_target(str(tmp_path / "m.gguf"))
     with localspec.load(m, draft=False, **EXACT) as eng:
         c = eng.complete("the cat sat", max_tokens=8, n_draft=4, draft_source="ngram")

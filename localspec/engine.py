@@ -43,11 +43,12 @@ from .options import (
     check_stops,
     check_tree,
 )
-from .rules import Drafting, draft_mode, loads_drafter, no_drafter_note
+from .rules import Drafting, draft_mode, loads_drafter, loads_mtp, no_drafter_note
 from .runtime import session_state
 from .runtime.clocks import cost_clock
 from .runtime.drafter import Drafter
 from .runtime.drafter_spec import DrafterSpec
+from .runtime.mtp import MtpDrafter
 from .runtime.parts import Parts
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
@@ -96,6 +97,10 @@ def window_for(spec: DrafterSpec, rt: RuntimeOptions) -> int | None:
 
 def _drafter_note(d: Drafter) -> str:
     window = f", attending over its last {d.window} pairs" if d.window is not None else ""
+    if isinstance(d, MtpDrafter):
+        n = d.model.n_layer_nextn
+        blocks = f"{n} blocks, the first drafting" if n > 1 else "1 block"
+        return f"the MTP head of {d.spec.path} ({blocks}){window}"
     return f"{d.spec.variant} drafter {d.spec.path}{window}"
 
 
@@ -186,24 +191,49 @@ class Engine:
             check_model_file(os.fspath(draft), "drafter")
             spec = DrafterSpec(os.fspath(draft))
         self._max_tree, self._max_top_k = Scheduler.capacity(n_batch, draft_batch)
-        if draft is False or N.GGUFHeader(target_path).architecture in RECURRENT_ARCHS:
+        header = N.GGUFHeader(target_path)
+        if draft is False or header.architecture in RECURRENT_ARCHS:
             # no drafter: n-gram chains need no tree sequences, and each sequence costs a
             # sliding-window cache (Gemma 3) or a recurrent state its memory
             self._max_tree = 0
+        # the target's own MTP head drafts where asked for, or for auto when no EAGLE drafter
+        # is named (one found next to the target is preferred to it)
+        nextn = header.arch_key("nextn_predict_layers")
+        nextn = nextn if isinstance(nextn, int) else 0
+        if self._source == "mtp" and (nextn < 1 or spec is not None):
+            raise InvalidParameterError(
+                f"draft_source='mtp' drafts with the target's own MTP head, and {target_path} "
+                "has none (no nextn_predict_layers blocks)"
+                if nextn < 1
+                else "draft_source='mtp' drafts with the target's own MTP head: leave draft "
+                "unset (it names an EAGLE drafter)",
+                parameter="draft_source",
+            )
+        mtp = loads_mtp(draft, self._source, nextn)
         # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
         # they cost every decode a few percent (benchmarks/bench_rollback.py)
         self._target = Target(
-            target_path, self._rt, tree_nodes=self._max_tree, rollback=self._source != "none"
+            target_path,
+            self._rt,
+            tree_nodes=self._max_tree,
+            rollback=self._source != "none",
+            load_mtp=mtp,
         )
         try:
             passed = ""
-            if draft is None:
+            if draft is None and self._source != "mtp":
                 found, passed = find_drafter(self._target)
                 spec = DrafterSpec(found) if found else None
             if spec is not None:
                 spec.check_pair(self._target)
                 self._target.enable_taps(spec.taps)
                 self._drafter = self._new_drafter(spec)
+                self.drafter_note = _drafter_note(self._drafter)
+            elif mtp and self._target.max_draft != 0:
+                self._target.enable_mtp_taps()
+                self._drafter = MtpDrafter(
+                    self._target, self._rt, n_seq_max=2 * self._max_top_k + 1
+                )
                 self.drafter_note = _drafter_note(self._drafter)
             elif draft is False:
                 pass  # drafter_note says why
@@ -271,6 +301,7 @@ class Engine:
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
             no_draft_note=self._target.rollback.why_not if not self._can_draft else "",
+            drafter_kind="mtp" if isinstance(self._drafter, MtpDrafter) else "eagle",
         )
 
     @property

@@ -16,13 +16,13 @@ from .speculation.tree import MAX_TREE_NODES, TreeShape
 
 NDraft = int | Literal["auto"]
 MAX_DRAFT = 32
-DraftSource = Literal["auto", "eagle", "ngram", "none"]
-DRAFT_SOURCES: tuple[str, ...] = ("auto", "eagle", "ngram", "none")
+DraftSource = Literal["auto", "eagle", "mtp", "ngram", "none"]
+DRAFT_SOURCES: tuple[str, ...] = ("auto", "eagle", "mtp", "ngram", "none")
 
 
 def check_draft_source(value: Any) -> DraftSource:
-    """Where drafts may come from: every source available, the EAGLE drafter, the n-gram
-    index of the context, or none (plain decoding)."""
+    """Where drafts may come from: every source available, the EAGLE drafter, the target's own
+    MTP head, the n-gram index of the context, or none (plain decoding)."""
     if value not in DRAFT_SOURCES:
         raise InvalidParameterError(
             f"draft_source must be one of {', '.join(DRAFT_SOURCES)}, got {value!r}",

@@ -43,6 +43,7 @@ class Drafting:
     max_tree: int  # nodes one verify batch holds
     max_top_k: int  # the widest frontier the drafter's batch holds
     no_draft_note: str = ""  # when it cannot draft: why (else the recurrent layers are named)
+    drafter_kind: str = "eagle"  # the loaded model drafter: "eagle", or "mtp" (the target's head)
 
 
 def loads_drafter(draft: Any, draft_source: DraftSource) -> bool:
@@ -54,10 +55,20 @@ def loads_drafter(draft: Any, draft_source: DraftSource) -> bool:
     return draft is not None or draft_source in ("auto", "eagle")
 
 
+def loads_mtp(draft: Any, draft_source: DraftSource, nextn_layers: int) -> bool:
+    """Whether an engine loads its target's MTP head to draft with: asked for (mtp), or auto's
+    model drafter where no EAGLE drafter was named (one found next to the target still wins)."""
+    if nextn_layers < 1 or draft is False and draft_source != "mtp":
+        return False
+    return draft_source == "mtp" or (draft_source == "auto" and draft is None)
+
+
 def no_drafter_note(draft: Any, draft_source: DraftSource) -> str:
     """Why an engine that looked for no drafter has none (loads_drafter False)."""
     if draft is False:
         return "no EAGLE drafter (draft=False)"
+    if draft_source == "mtp":
+        return "no EAGLE drafter loaded (draft source mtp drafts with the target's own head)"
     what = "drafts from the context only" if draft_source == "ngram" else "is plain decoding"
     return f"no EAGLE drafter loaded (draft source {draft_source} {what})"
 
@@ -114,14 +125,21 @@ def draft_mode(
         if k == "auto":
             return Mode("auto", None, ngram), notes
         return (Mode("chain", TreeShape(k, 1, k), ngram) if k else Mode("plain")), notes
+    if source in ("eagle", "mtp") and facts.has_drafter and facts.drafter_kind != source:
+        other = "the target's own MTP head" if facts.drafter_kind == "mtp" else "an EAGLE drafter"
+        notes.append(
+            f"{spelling.draft_source.format(source)} runs plain decoding: this engine drafts "
+            f"with {other} ({facts.drafter_note})"
+        )
+        return Mode("plain"), notes
     if not facts.has_drafter:
         if asked:  # no drafter: plain decoding, whatever was asked
             notes.append(f"{asked} runs plain decoding: {facts.drafter_note}")
             return Mode("plain"), notes
-        if source == "eagle":
+        if source in ("eagle", "mtp"):
             if k == "auto":
                 notes.append(
-                    f"{spelling.draft_source.format('eagle')} runs plain decoding: "
+                    f"{spelling.draft_source.format(source)} runs plain decoding: "
                     f"{facts.drafter_note}"
                 )
             return Mode("plain"), notes

@@ -245,8 +245,11 @@ class LocalspecApp(App[None]):
         self._show_idle_stats()
 
     @property
-    def _has_drafter(self) -> bool:
-        return self.engine is not None and self.engine.draft_path is not None
+    def _has_drafter(self) -> str:
+        """The loaded engine's model drafter: "eagle", "mtp" (the target's own head) or ""."""
+        if self.engine is None or not self.engine.drafting.has_drafter:
+            return ""
+        return self.engine.drafting.drafter_kind
 
     def switch_model(self, spec: str) -> None:
         """/model PATH|REPO: load another target (with the drafter found for it) in the

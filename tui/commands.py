@@ -18,18 +18,21 @@ if TYPE_CHECKING:
 SOURCE_NOTES = {
     "auto": "the EAGLE drafter when loaded and the n-gram index, as the cost model picks",
     "eagle": "the EAGLE drafter only",
+    "mtp": "the target's own MTP head only",
     "ngram": "the n-gram index of the context only (no drafter needed)",
     "none": "plain decoding",
 }
 
 
 def set_source(app: ChatHost, source: str) -> None:
-    """/source auto|eagle|ngram|none: where the next replies' drafts come from; none turns
+    """/source auto|eagle|mtp|ngram|none: where the next replies' drafts come from; none turns
     speculation off, the others on (ctrl+b still toggles it for an A/B)."""
     app.next_reply = app.next_reply.with_source(source)
     if not app.can_draft(source):
         app.notify(
-            f"draft source {source}: no drafter loaded, so replies decode plainly",
+            f"draft source {source}: "
+            + ("the target has no MTP head loaded" if source == "mtp" else "no drafter loaded")
+            + ", so replies decode plainly",
             severity="warning",
         )
     else:

@@ -205,9 +205,12 @@ class ReplyController:
         k = snap["k"] = settings.n_draft
         snap["mode"] = settings.mode_text()
         snap["draft_source"] = settings.draft_source
-        snap["source"] = settings.source_text(eng.draft_path is not None)
+        kind = eng.drafting.drafter_kind if eng.drafting.has_drafter else ""
+        snap["source"] = settings.source_text(kind)
         snap["shape"] = stats.shape_summary()
-        snap["drafter"] = os.path.basename(eng.draft_path or "") or "none"
+        snap["drafter"] = (
+            "the target's MTP head" if kind == "mtp" else os.path.basename(eng.draft_path or "")
+        ) or "none"
         if k and self.last_plain_tps:
             snap["speedup"] = stats.tokens_per_s / self.last_plain_tps
         return snap

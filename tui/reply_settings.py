@@ -41,11 +41,15 @@ class ReplySettings:
         """The reply's draft source: none while it decodes plainly."""
         return self.source if self.n_draft != 0 else "none"
 
-    def can_draft(self, has_drafter: bool, source: str | None = None) -> bool:
-        """Whether an engine (with or without an EAGLE drafter) has something to draft from for
-        source (default: this one): the n-gram index always, the drafter when loaded."""
+    def can_draft(self, has_drafter: bool | str, source: str | None = None) -> bool:
+        """Whether an engine (with or without a model drafter) has something to draft from for
+        source (default: this one): the n-gram index always, the EAGLE drafter or the target's
+        MTP head when that is what it loaded. has_drafter: the drafter's kind ("eagle",
+        "mtp", "" for none; True means "eagle")."""
         source = source or self.source
-        return source in ("auto", "ngram") or (source == "eagle" and has_drafter)
+        return source in ("auto", "ngram") or (
+            source in ("eagle", "mtp") and (drafter_kind(has_drafter) == source)
+        )
 
     def mode_text(self) -> str:
         """The reply's mode as the panel shows it."""
@@ -56,16 +60,17 @@ class ReplySettings:
             return f"fixed {self.tree}"
         return "auto (cost model)" if k == "auto" else f"fixed chain k={k}"
 
-    def source_text(self, has_drafter: bool) -> str:
+    def source_text(self, has_drafter: bool | str) -> str:
         """The draft source as the panel shows it: auto with what it drafts from."""
         k, source = self.n_draft, self.draft_source
         if k == 0 or source == "none":
             return "none (plain decoding)"
         if source != "auto":
             return source
+        kind = drafter_kind(has_drafter)
         if k != "auto" or self.tree is not None:  # fixed shapes are the drafter's
-            return "auto (eagle: fixed shape)" if has_drafter else "auto (no drafter: plain)"
-        return "auto (eagle + ngram)" if has_drafter else "auto (ngram: no drafter)"
+            return f"auto ({kind}: fixed shape)" if kind else "auto (no drafter: plain)"
+        return f"auto ({kind} + ngram)" if kind else "auto (ngram: no drafter)"
 
     # --- changed copies, each checked by the engine's own rules -------------------------------
 
@@ -99,6 +104,14 @@ class ReplySettings:
         """ctrl+b: speculation off or on for the next reply."""
         return replace(self, speculation=not self.speculation)
 
-    def for_engine(self, has_drafter: bool) -> ReplySettings:
+    def for_engine(self, has_drafter: bool | str) -> ReplySettings:
         """A newly loaded engine: speculation on where it has something to draft from."""
         return replace(self, speculation=self.source != "none" and self.can_draft(has_drafter))
+
+
+def drafter_kind(has_drafter: bool | str) -> str:
+    """An engine's model drafter as the settings name it: "eagle", "mtp" or "" (none); a bool
+    says whether an EAGLE drafter is loaded."""
+    if isinstance(has_drafter, str):
+        return has_drafter
+    return "eagle" if has_drafter else ""

@@ -1,7 +1,9 @@
-"""Who proposed a reply's tokens, as tints: the EAGLE drafter, the n-gram index, or both.
+"""Who proposed a reply's tokens, as tints: the model drafter (an EAGLE drafter, or the target's
+own MTP head: one colour, since an engine drafts with one of them), the n-gram index, or both.
 
-A span is (characters, source) with source as ``Event.sources`` names it: "eagle", "ngram",
-"eagle+ngram" for accepted drafts, "" for the target's own tokens (never tinted).
+A span is (characters, source) with source as ``Event.sources`` names it: "eagle" or "mtp",
+"ngram", "eagle+ngram" or "mtp+ngram" for accepted drafts, "" for the target's own tokens
+(never tinted).
 """
 
 from __future__ import annotations
@@ -18,20 +20,23 @@ Span = tuple[int, str]
 
 # the tinted sources in legend order: what the legend calls them, and their theme colour
 LEGEND = (
-    ("eagle", "EAGLE drafter", "success"),
+    ("eagle", "EAGLE drafter / MTP head", "success"),
     ("ngram", "n-gram index", "accent"),
     ("eagle+ngram", "both", "primary"),
 )
+# a target's own MTP head drafts in the EAGLE drafter's place: the same tints
+ALIASES = {"mtp": "eagle", "mtp+ngram": "eagle+ngram"}
 FALLBACK = {"success": "green", "accent": "dark_orange", "primary": "blue"}  # before a theme
 
 
 def tint_styles(theme: Theme | None = None) -> dict[str, str]:
     """The style of each source's accepted tokens in this theme (theme colours, so light and
     dark themes both work)."""
-    return {
+    styles = {
         source: "bold " + (getattr(theme, colour) if theme is not None else FALLBACK[colour])
         for source, _, colour in LEGEND
     }
+    return styles | {alias: styles[source] for alias, source in ALIASES.items()}
 
 
 def legend(theme: Theme | None = None) -> Text:

@@ -18,6 +18,7 @@ from ..speculation.probe import StepCosts
 from ..speculation.tree import MAX_TOP_K, MAX_TREE_NODES, TreeShape
 from .calibration import Calibration, OtherLoad
 from .costmodel import MAX_DEPTH, TOP_KS, CostModel, Plan
+from .estimators import WINDOW, Recent
 from .sourcechoice import MAX_NGRAM_DEPTH, NGramOffer, SourceChoice
 from .verdict import Verdict
 
@@ -41,6 +42,11 @@ WAKE_EVIDENCE, WAKE_MARGIN = 16.0, 1.1
 WAKE_REMEASURED, WAKE_MIN_BUDGET = 4, 8
 QUIET_STEPS = 16  # plain steps a sleeping drafter's plan is reused for, unplanned
 QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
+# the n-gram index rests too (no lookup, no planning) once auto's steps went this many in a row
+# without an accepted draft, where looking up and planning cost at least this share of a plain
+# step (a fast target: a tiny model, a GPU); each rest that ends with nothing paid doubles the
+# next, up to the longest, and one accepted draft makes rests short again
+NGRAM_REST_AFTER, NGRAM_REST_SHARE, NGRAM_REST_LONGEST = 32, 0.02, 64
 RETIME_AFTER_S = 60.0  # a calibration timed on a busy machine: how often to look for quiet
 RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each noisy one)
 
@@ -53,7 +59,8 @@ class Scheduler:
         frontier the drafter's batch holds."""
         self.has_drafter = has_drafter
         self.max_tree = max_tree
-        self.max_top_k = max_top_k
+        # no tree can be verified (a recurrent target verifies one sequence): chains only
+        self.max_top_k = max_top_k if max_tree else 1
         self.cost: CostModel | None = None  # from calibration, on the first auto call
         # time the machine again at the first auto call instead of using the stored
         # calibration (the engine's recalibrate option, per drafter: each has its own)
@@ -77,6 +84,12 @@ class Scheduler:
         self._quiet = 0
         self._quiet_plans = (StepPlan(), StepPlan())  # (learning from its costs, not)
         self._plain_at_sleep = 0  # unfed plain steps measured when the drafter fell asleep
+        # auto's planned steps in a row without an accepted draft, the n-gram index's next
+        # rest, and what looking up and planning a step costs (cost clock)
+        self._unpaid = 0
+        self._rest = QUIET_STEPS
+        self._last_rest = 0  # the last rest's length (0: none since a draft was accepted)
+        self.planning = Recent(0.0, WINDOW)
         # the calibration in use was timed on a busy machine: other programs' CPU use since,
         # to time it again when the machine is quiet (None: it was quiet)
         self._noisy: OtherLoad | None = None
@@ -140,7 +153,9 @@ class Scheduler:
         (where the kernel tells other programs' CPU use)."""
         old, old_choice = self.cost, self.choice
         self.retime = False
-        self.cost = cal.cost_model(self.max_tree)
+        # chains are verified in one sequence, as deep as a measured verify: no tree room
+        # needed (a recurrent target, which verifies no trees, still drafts chains)
+        self.cost = cal.cost_model(self.max_tree or MAX_DEPTH)
         self.choice = SourceChoice(self.cost, max_nodes=max(self.max_tree, 1))
         if old is not None and old_choice is not None:
             self.cost.acceptance = old.acceptance
@@ -198,6 +213,21 @@ class Scheduler:
         return self.mode.drafts and NGRAM in self.mode.sources
 
     @property
+    def looks_up(self) -> bool:
+        """Whether this step consults the n-gram index (not while auto's plan rests)."""
+        return self.wants_ngram and not (self.mode.kind == "auto" and self._quiet > 0)
+
+    @property
+    def ngram_resting(self) -> bool:
+        """Whether auto's n-gram lookups rest, nothing having paid for a while."""
+        return (
+            self.mode.kind == "auto"
+            and self.wants_ngram
+            and self._last_rest > 0
+            and self._unpaid >= NGRAM_REST_AFTER
+        )
+
+    @property
     def ngram_max(self) -> int:
         """The longest n-gram continuation worth looking up."""
         if self.mode.kind == "auto" or self.mode.shape is None:
@@ -219,8 +249,9 @@ class Scheduler:
                 self.cost.skip()
                 return self._quiet_plans[bool(self._quiet % QUIET_SAMPLE)]
             plan = self._auto(budget, free_cells, offer)
-            if self._may_rest(plan):
-                self._quiet = QUIET_STEPS - 1
+            rest = self._may_rest(plan)
+            if rest:
+                self._quiet = rest - 1
                 self._quiet_plans = (
                     replace(plan, quiet=True),
                     replace(plan, quiet=True, learn=False),
@@ -273,19 +304,34 @@ class Scheduler:
             return StepPlan(None, c.ngram, c.ngram_alts, c, sleep=True)
         return StepPlan(shape, c.ngram, c.ngram_alts, c)
 
-    def _may_rest(self, plan: StepPlan) -> bool:
-        """Whether the next steps may repeat this plain plan unplanned: the drafter sleeps
-        because nothing paid (or is left out) and no n-gram index is consulted, so only a probe
-        coming due or re-measured plain costs can change the plan, and neither minds a few
+    def _may_rest(self, plan: StepPlan) -> int:
+        """How many steps, from this one, may repeat this plain plan unplanned (0: none). The
+        drafter sleeps because nothing paid (or is left out), so only a probe coming due,
+        re-measured plain costs or an n-gram match can change the plan, and none minds a few
         steps' delay (a probe waits WAKE_AFTER tokens at least). Planning and learning cost
         tens of microseconds a step, a share of a GPU's plain step that auto with a useless
-        drafter must not pay."""
-        return (
+        drafter must not pay. With no n-gram source that is QUIET_STEPS; with one, the index
+        rests only where nothing paid for NGRAM_REST_AFTER steps and looking up and planning
+        cost NGRAM_REST_SHARE of a plain step or more (on a slow target its lookups cost
+        nothing worth saving, and a copy that starts during a rest would wait for its end).
+        Rests double while nothing pays (a copy is still found within NGRAM_REST_LONGEST
+        tokens of its start)."""
+        if not (
             self.asleep in (HOPELESS, OPTIONS)
-            and NGRAM not in self.mode.sources
             and plan.eagle is None
             and not (plan.ngram or plan.wake or plan.sleep)
-        )
+        ):
+            return 0
+        if NGRAM not in self.mode.sources:
+            return QUIET_STEPS
+        assert self.cost is not None
+        if self._unpaid < NGRAM_REST_AFTER:
+            return 0
+        if self.planning.value < NGRAM_REST_SHARE * self.cost.step_time(None):
+            return 0
+        rest, self._rest = self._rest, min(2 * self._rest, NGRAM_REST_LONGEST)
+        self._last_rest = rest
+        return rest
 
     def _wakes(self, eagle: Plan, offer: NGramOffer | None, budget: int) -> bool:
         """Whether a dormant drafter is woken for this plan. Put to sleep because other
@@ -362,10 +408,13 @@ class Scheduler:
         v = self.cost.explain(eagle=eagle)
         if v is None or self.choice is None:
             return v
-        return v.with_sources(
-            eagle=eagle,
-            ngram=self.choice.describe() if NGRAM in self.mode.sources else "",
-        )
+        ngram = self.choice.describe() if NGRAM in self.mode.sources else ""
+        if ngram and self.ngram_resting:
+            ngram += (
+                f"; nothing accepted over the last {self._unpaid} steps: the index rests, "
+                f"looked up once in {self._last_rest} steps"
+            )
+        return v.with_sources(eagle=eagle, ngram=ngram)
 
     # --- learning ----------------------------------------------------------------------------
 
@@ -380,11 +429,20 @@ class Scheduler:
         alt_hit: bool,
         costs: StepCosts,
         emitted: int,
+        t_plan: float | None = None,
     ) -> None:
-        """Teach auto what the step cost and what was accepted."""
+        """Teach auto what the step cost and what was accepted; t_plan: what looking up and
+        planning it cost (cost clock; None for an unplanned step)."""
         if plan.choice is None or self.cost is None or self.choice is None:
             return
         self._since_sleep += emitted  # auto's own tokens: its probes cost a share of them
+        if not plan.quiet:  # a step that could draft: did any source pay?
+            if emitted > 1:
+                self._unpaid, self._rest, self._last_rest = 0, QUIET_STEPS, 0
+            else:
+                self._unpaid += 1
+            if t_plan is not None:
+                self.planning.update(t_plan)
         if not plan.learn:  # most quiet steps: only the evidence fades with the tokens
             self.cost.acceptance.advance(emitted)
             self.choice.ngram.advance(emitted)

@@ -77,6 +77,8 @@ def describe(path: str) -> dict[str, Any]:
         }
     else:
         info["taps_via"] = route_for(arch)
+        nextn = h.arch_key("nextn_predict_layers")
+        info["mtp_blocks"] = nextn if isinstance(nextn, int) and nextn > 0 else 0
         if arch in K.RECURRENT_ARCHS:
             info["recurrent"] = _recurrent(h, arch, info)
     return info
@@ -144,10 +146,20 @@ def format_info(info: dict[str, Any]) -> str:
                 f"  recurrent     hybrid: its state is cut back after rejected drafts by "
                 f"{r['snapshots']} snapshots ({size_text(r['snapshot_bytes'])}, "
                 f"{size_text(r['row_bytes'])} each){lowered}; drafts of at most "
-                f"{r['snapshots']} tokens (n-gram)"
+                f"{r['snapshots']} tokens (n-gram" + (", MTP)" if info.get("mtp_blocks") else ")")
             )
         elif r is not None:
             lines.append(f"  recurrent     plain decoding only: {r['why_not']}")
+        m = info.get("mtp_blocks")
+        if m:
+            blocks = "1 block" if m == 1 else f"{m} blocks (the first drafts)"
+            usable = r is None or r["rollback"]
+            lines.append(
+                f"  MTP head      {blocks}: drafts with --draft-source mtp (auto uses it when "
+                "no EAGLE drafter is found)"
+                if usable
+                else f"  MTP head      {blocks}, unused: plain decoding only"
+            )
         return "\n".join(lines)
     flags = [
         f for f in ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual") if d[f]

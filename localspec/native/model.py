@@ -44,10 +44,15 @@ class NativeModel:
     """Owns a ``llama_model *`` and reads what the model and its vocabulary say; free it only
     after every context using it is freed."""
 
-    def __init__(self, path: str, *, n_gpu_layers: int, use_mmap: bool = True) -> None:
+    def __init__(
+        self, path: str, *, n_gpu_layers: int, use_mmap: bool = True, load_mtp: bool = False
+    ) -> None:
+        """load_mtp: load the multi-token-prediction (nextn) blocks after the trunk too, for
+        an MTP context (NativeContext(mtp=True)) to draft with."""
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.use_mmap = use_mmap
+        params.load_mtp = load_mtp
         params.use_extra_bufts = cpu_extra_buffers()
         clear_log()
         ptr = C.llama_model_load_from_file(os.fsencode(path), params)
@@ -55,6 +60,7 @@ class NativeModel:
             detail = last_errors() or "llama.cpp could not load it"
             raise ModelFileError(f"cannot load model {path}: {detail}")
         self.ptr: Any = ptr
+        self.mtp_loaded = load_mtp
         self.vocab = C.llama_model_get_vocab(ptr)
         self._piece_buf = ctypes.create_string_buffer(256)
 
@@ -96,6 +102,11 @@ class NativeModel:
     @property
     def n_layer(self) -> int:
         return int(C.llama_model_n_layer(self.ptr))
+
+    @property
+    def n_layer_nextn(self) -> int:
+        """Multi-token-prediction (nextn) blocks after the trunk (0: none)."""
+        return int(C.llama_model_n_layer_nextn(self.ptr))
 
     @property
     def n_vocab(self) -> int:
@@ -188,6 +199,7 @@ class NativeContext:
         embeddings_nextn: bool = False,
         graph_taps: GraphTaps | None = None,
         n_rs_seq: int = 0,
+        mtp: bool = False,
     ) -> None:
         # llama.cpp rounds n_ctx up to a multiple of 256 but caps its batch at the n_ctx asked
         # for (llama-context.cpp): ask for the rounded size and cap the batch the same way here,
@@ -227,6 +239,11 @@ class NativeContext:
             params.flash_attn_type = 1 if flash_attn else 0
         if ctx_other is not None:
             params.ctx_other = ctx_other.ptr
+        if mtp:
+            # llama.cpp aborts creating an MTP context on a model loaded without its blocks
+            if not model.mtp_loaded or model.n_layer_nextn < 1:
+                raise GenerationError("an MTP context needs a model loaded with its MTP blocks")
+            params.ctx_type = C.LLAMA_CONTEXT_TYPE_MTP
         clear_log()
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -374,6 +391,12 @@ class NativeContext:
     def layer_input(self, layer: int, n_rows: int) -> np.ndarray:
         """The input of a kept layer for the rows of the last decode [n_rows, n_embd]."""
         return float_rows(get_embeddings_layer_inp(self.ptr, layer), n_rows, self.n_embd)
+
+    def output_nextn(self, on: bool, *, masked: bool) -> None:
+        """Return the hidden states an MTP block reads (llama_get_embeddings_nextn) after each
+        decode: for every row (masked False: a target feeding an MTP drafter) or for the rows
+        that ask for output (masked True: the MTP context's own)."""
+        set_embeddings_nextn(self.ptr, on, masked)
 
     def nextn(self, n_rows: int, width: int) -> np.ndarray:
         """The eagle3 states of the last encode/decode (g rows, or the decoder's pre-norm h)."""

@@ -71,36 +71,51 @@ class Drafter:
                 f"the drafter's attention window must be >= 1, got {window}"
             )
         self.spec = spec
+        # read before loading anything: a bad norm tensor must not leak a model and context
+        self._out_norm = spec.output_norm_weight() if spec.norm_output else None
+        self.model = N.NativeModel(spec.path, n_gpu_layers=rt.n_gpu_layers)
+        try:
+            self._check_loaded(target)
+            self._open(target, rt, n_seq_max, window, len(spec.taps) * target.n_embd)
+        except BaseException:
+            self.model.close()
+            raise
+
+    def _open(
+        self,
+        target: Target,
+        rt: RuntimeOptions,
+        n_seq_max: int,
+        window: int | None,
+        tap_width: int,
+        *,
+        mtp: bool = False,
+    ) -> None:
+        """The drafter's context on self.model and its empty cache; mtp: the context runs the
+        target's own MTP block (the model is the target's)."""
         self.window = window
         # the sequence that holds the pairs before the window (the history): with a window
         # the one after the frontier's, else 0 (which then holds every pair)
         self._hist = n_seq_max if window is not None else 0
         n_seq = self._hist + 1 if window is not None else n_seq_max
-        # read before loading anything: a bad norm tensor must not leak a model and context
-        self._out_norm = spec.output_norm_weight() if spec.norm_output else None
         self.n_batch = min(rt.draft_batch, rt.n_batch)
-        self.model = N.NativeModel(spec.path, n_gpu_layers=rt.n_gpu_layers)
-        try:
-            self._check_loaded(target)
-            self.ctx = N.NativeContext(
-                self.model,
-                n_ctx=target.n_ctx,
-                # llama.cpp sizes a batch to hold a row per sequence
-                n_batch=max(self.n_batch, n_seq),
-                n_threads=rt.threads,
-                kv_type=rt.kv_type,
-                flash_attn=rt.flash_attn,
-                ctx_other=target.ctx,
-                embeddings_nextn=True,
-                n_seq_max=n_seq,
-            )
-        except BaseException:
-            self.model.close()
-            raise
+        self.ctx = N.NativeContext(
+            self.model,
+            n_ctx=target.n_ctx,
+            # llama.cpp sizes a batch to hold a row per sequence
+            n_batch=max(self.n_batch, n_seq),
+            n_threads=rt.threads,
+            kv_type=rt.kv_type,
+            flash_attn=rt.flash_attn,
+            ctx_other=None if mtp else target.ctx,
+            embeddings_nextn=True,
+            n_seq_max=n_seq,
+            mtp=mtp,
+        )
         self.n_batch = self.ctx.n_batch  # at most n_ctx
         self.n_embd = self.model.n_embd
         self.n_vocab = target.n_vocab
-        self.tap_width = len(spec.taps) * target.n_embd
+        self.tap_width = tap_width
         self._enc_batch = N.Batch(self.n_batch, tokens=False, embd=self.tap_width)
         self._dec_batch = N.Batch(self.n_batch, tokens=True, embd=self.n_embd)
         # a chain's steps: one row of sequence 0 whose embedding is the fed-back state

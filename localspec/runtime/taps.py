@@ -76,3 +76,20 @@ class CallbackTaps:
         w = self.graph.width
         for j in range(out.shape[1] // w):
             out[:, j * w : (j + 1) * w] = self.graph.rows(j, n_rows)
+
+
+class NextnTaps:
+    """The hidden state an MTP head reads (llama.cpp's nextn embeddings of every row), for a
+    target that drafts with its own multi-token-prediction block. One "tap" of n_embd."""
+
+    route = "nextn (MTP)"
+
+    def __init__(self, ctx: N.NativeContext) -> None:
+        self.ctx, self.active = ctx, False
+
+    def set_active(self, active: bool) -> None:
+        self.ctx.output_nextn(active, masked=False)
+        self.active = active
+
+    def read(self, n_rows: int, out: np.ndarray) -> None:
+        out[:] = self.ctx.nextn(n_rows, self.ctx.n_embd)

@@ -20,7 +20,7 @@ from ..errors import ContextFullError, SessionStateError, UnsupportedModelError
 from ..native.header_checks import check_header
 from ..options import RuntimeOptions
 from .rollback import Rollback, RollbackGuard, plan_rollback
-from .taps import GRAPH, STAGING, CallbackTaps, StagingTaps, input_node, route_for
+from .taps import GRAPH, STAGING, CallbackTaps, NextnTaps, StagingTaps, input_node, route_for
 
 
 @dataclass
@@ -45,13 +45,15 @@ class Target:
         tap_route: str | None = None,
         unified_kv: bool = False,
         rollback: bool = True,
+        load_mtp: bool = False,
     ) -> None:
         """n_seq > 1: independent sequences, each in its own KV stream (training data);
         tree_nodes > 0: draft trees of up to that many nodes can be verified; tap_route: force
         taps.GRAPH on an architecture the staging API serves too (to compare the two);
         unified_kv: the sequences share one KV stream, so rows of several fill one ubatch
         (a prefill of many short texts); rollback: a recurrent state keeps snapshots to cut it
-        back after rejected drafts (False: plain decoding only, which they would slow)."""
+        back after rejected drafts (False: plain decoding only, which they would slow);
+        load_mtp: load the file's MTP (nextn) blocks too, for an MTP drafter."""
         rt = rt.checked()
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -59,7 +61,7 @@ class Target:
         # an EAGLE-3 drafter given as the target, or header values that would make llama.cpp
         # abort the process: refused before llama.cpp reads the file
         check_header(self.header, "target")
-        self.model = N.NativeModel(path, n_gpu_layers=rt.n_gpu_layers)
+        self.model = N.NativeModel(path, n_gpu_layers=rt.n_gpu_layers, load_mtp=load_mtp)
         # n_ctx 0 takes the trained context_length: only a default, so a mistyped or absurd
         # one falls back to 4096 instead of failing the load
         trained_ctx = self.header.arch_key("context_length")
@@ -127,7 +129,7 @@ class Target:
         self.n_layer = self.model.n_layer
         self.tree_nodes = tree_nodes
         self.taps: tuple[int, ...] = ()
-        self._tap_source: StagingTaps | CallbackTaps | None = None
+        self._tap_source: StagingTaps | CallbackTaps | NextnTaps | None = None
         self._census: set[bytes] | None = None  # graph node names (graph callback route)
         self._batch = N.Batch(self.n_batch)
         self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
@@ -199,6 +201,21 @@ class Target:
             nodes = [input_node(lid, self._census) for lid in self.taps]
             self._tap_source = CallbackTaps(self.ctx, [n for n in nodes if n])
         self.set_taps_active(True)
+
+    def enable_mtp_taps(self) -> None:
+        """Return, for every decoded token, the hidden state this target's own MTP head reads
+        (one tap of n_embd): the target drafts with its multi-token-prediction block."""
+        if self.model.n_layer_nextn < 1 or not self.model.mtp_loaded:
+            raise UnsupportedModelError(f"{self.path} has no MTP head loaded")
+        self.set_taps_active(False)
+        self.taps = (-1,)  # one row of n_embd, not a layer's input
+        self._tap_source = NextnTaps(self.ctx)
+        self.set_taps_active(True)
+
+    @property
+    def has_mtp(self) -> bool:
+        """The target's file has MTP (nextn) blocks and they were loaded."""
+        return self.model.mtp_loaded and self.model.n_layer_nextn > 0
 
     def set_taps_active(self, active: bool) -> None:
         """Switch tap extraction on or off (off for plain decoding, so A/B runs are fair)."""

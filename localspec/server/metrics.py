@@ -14,7 +14,7 @@ from prometheus_client.exposition import choose_encoder
 
 from .worker import Job, Outcome
 
-DRAFT_SOURCES = ("eagle", "ngram")  # shown at 0 before they draft
+DRAFT_SOURCES = ("eagle", "mtp", "ngram")  # shown at 0 before they draft
 # time to first token, queueing included: a short prompt on a GPU to a long one on a CPU
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 

@@ -189,7 +189,7 @@ class _Generation(_Strict):
     stream_options: StreamOptions | None = None
     n_draft: Any = None  # extension: "auto" or a chain length
     tree: Any = None  # extension: "D,K,B" or [D, K, B]; a TreeShape once validated
-    draft_source: Any = None  # extension: "auto", "eagle", "ngram" or "none"
+    draft_source: Any = None  # extension: "auto", "eagle", "mtp", "ngram" or "none"
     # informational fields that ask for nothing observable: accepted
     user: str | None = None
     metadata: dict[str, str] | None = None

@@ -66,7 +66,8 @@ class Generation:
         self.text = TextStream(stops)
         self.mode = mode
         self.recalibrate = recalibrate
-        self.stats = Stats(prompt_tokens=len(tokens), generations=1, mode=str(mode))
+        model = parts.state.eagle.name if parts.state.eagle is not None else EAGLE
+        self.stats = Stats(prompt_tokens=len(tokens), generations=1, mode=mode.label(model))
         self.last = -1  # the chosen token not yet decoded by the target
         self._explained = -EXPLAIN_EVERY  # the step auto's reason was last refreshed at
 
@@ -165,10 +166,11 @@ class Generation:
         if tgt.max_draft is not None:  # a recurrent state is cut back at most this far
             budget = min(budget, tgt.max_draft)
         w0, c0 = probe.now()
-        proposal = state.lookup(sched.ngram_max, 3) if sched.wants_ngram and budget > 0 else None
+        proposal = state.lookup(sched.ngram_max, 3) if sched.looks_up and budget > 0 else None
         offer = proposal.offer if proposal is not None else None
         # plan: what to draft, then the lookup's proposal and how an EAGLE chain draws
         planned = sched.plan(budget, state.free_cells(), offer)
+        t_plan = probe.now()[1] - c0  # looking up and planning, on the cost clock
         # a fixed EAGLE chain that samples draws its drafts from the drafter's q
         q = planned.eagle is not None and self.mode.rejection_sampling and not self.sp.greedy
         plan = replace(
@@ -192,6 +194,7 @@ class Generation:
             alt_hit=bool(out.path) and out.path[0] in tree.alternatives,
             costs=StepCosts.of(cost, c1 - c0),
             emitted=len(out.path) + 1,
+            t_plan=None if plan.quiet else t_plan,
         )
         self.last = out.y
         sources = ["+".join(sorted(tree.sources[i])) for i in out.path]
@@ -214,7 +217,8 @@ class Generation:
         if plan.eagle is not None:
             stats.t_eagle += wall.get("flush", 0.0) + wall.get("draft", 0.0)
             stats.t_eagle_native += wall.get("eagle_native", 0.0)
-            stats.eagle_positions += sum(EAGLE in s for s in tree.sources)
+            name = self.parts.state.eagle.name if self.parts.state.eagle else EAGLE
+            stats.eagle_positions += sum(name in s for s in tree.sources)
         stats.record_step(len(tree), len(out.path), plan.label, tree.depth)
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:

@@ -21,10 +21,18 @@ class Mode:
     sources: frozenset[str] = field(default_factory=lambda: frozenset({EAGLE}))
 
     def __str__(self) -> str:
+        return self.label()
+
+    def label(self, model: str = EAGLE) -> str:
+        """As the statistics name it; model: what the model drafter is ("eagle", or "mtp"
+        for a target's own MTP head, which drafts in its place)."""
         if self.shape is not None:
-            return f"ngram {self.shape}" if self.sources == {NGRAM} else str(self.shape)
-        if self.kind == "auto" and self.sources != {EAGLE, NGRAM}:
-            return f"auto ({', '.join(sorted(self.sources))})"
+            if self.sources == {NGRAM}:
+                return f"ngram {self.shape}"
+            return str(self.shape) if model == EAGLE else f"{model} {self.shape}"
+        if self.kind == "auto" and (self.sources != {EAGLE, NGRAM} or model != EAGLE):
+            names = sorted(model if s == EAGLE else s for s in self.sources)
+            return f"auto ({', '.join(names)})"
         return self.kind
 
     @property

@@ -675,7 +675,8 @@ def write_qwen35_target(
     RMS norms, partial interleaved M-RoPE); the others are gated delta net layers (fused qkv
     projection, z gate, short causal conv, per-v-head decay ssm_a * softplus(alpha + dt_bias),
     sigmoid beta, gated RMS norm). mtp=True appends one nextn (MTP) block after the trunk:
-    `qwen35.nextn_predict_layers = 1` and `block_count = n_layer + 1`."""
+    `qwen35.nextn_predict_layers = 1` and `block_count = n_layer + 1`; with cycle > 0 its head
+    agrees with the trunk (it carries the given token's embedding through)."""
     rnd, around_one, bias = _rng_tensors(seed)
     rng = np.random.default_rng(seed + 1000)  # ssm_a only; keeps rnd's stream like the others
 
@@ -735,6 +736,12 @@ def write_qwen35_target(
         attn_block(i)
         t[f"blk.{i}.nextn.eh_proj.weight"] = rnd(n_embd, 2 * n_embd)  # [enorm(e); hnorm(h)]
         t[f"blk.{i}.nextn.enorm.weight"] = around_one(n_embd)
+        if cycle:  # an agreeing head: the next token's embedding carried through, h ignored,
+            # so it predicts what follows the token it is given, as the cycling trunk does
+            t[f"blk.{i}.nextn.enorm.weight"] = np.ones(n_embd, dtype=np.float32)
+            eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)
+            eh[:, :n_embd] = 4.0 * np.eye(n_embd, dtype=np.float32)
+            t[f"blk.{i}.nextn.eh_proj.weight"] = eh
         t[f"blk.{i}.nextn.hnorm.weight"] = around_one(n_embd)
         t[f"blk.{i}.nextn.shared_head_norm.weight"] = around_one(n_embd)
         # nextn.embed_tokens / nextn.shared_head_head left out: token_embd / output are used

@@ -25,8 +25,11 @@ from ..tree import TreeShape
 class EagleSource:
     """Drafts from the drafter's queued pairs; the caller (SpecState) keeps them fed."""
 
-    def __init__(self, drafter: Drafter) -> None:
+    def __init__(self, drafter: Drafter, name: str = EAGLE) -> None:
+        """name: how its drafts are labelled (the statistics' source): "eagle", or "mtp" for
+        a target's own MTP head, which drafts through the same Drafter contract."""
         self.drafter = drafter
+        self.name = name
         # a chain's draft-vocabulary logits per position, and a tree's per level, reused from
         # step to step (a step's ranks are read by its own verify walk, before the next draft)
         self._rows: list[np.ndarray] = []
@@ -52,7 +55,7 @@ class EagleSource:
         if shape.is_chain:
             tree = self._chain(start, shape.depth, sampled, rng, ranks)
         else:
-            tree = _draft_tree(self.drafter, start, shape, self._levels, ranks)
+            tree = _draft_tree(self.drafter, start, shape, self._levels, ranks, self.name)
         self.drafter.rewind()  # positions >= end held draft states, not target features
         return tree
 
@@ -80,14 +83,14 @@ class EagleSource:
             else:
                 q = probs(logits, sampled)
                 tok = sample(q, rng)
-            node = tree.add(tok, j - 1, EAGLE)
+            node = tree.add(tok, j - 1, self.name)
             if ranks:
                 tree.scores[j - 1] = Scores(sub, d.draft_index)
             if q is not None:
                 tree.q[node] = q
             if j < k - 1:  # the last decode's state would feed no further position
                 logits = d.chain_next(tok, pos + j, feed=j < k - 2)
-        tree.spine[EAGLE] = list(range(k))
+        tree.spine[self.name] = list(range(k))
         return tree
 
 
@@ -146,6 +149,7 @@ def _draft_tree(
     shape: TreeShape,
     levels: list[np.ndarray],
     ranks: bool,
+    name: str = EAGLE,
 ) -> DraftTree:
     """A dynamic tree after ``last`` (nodes at drafter positions n, n+1, ...). levels: a
     buffer per depth for the draft-vocabulary logits of its expanded nodes, kept from step to
@@ -213,7 +217,7 @@ def _draft_tree(
         tree.tokens.append(cand_tok[c])
         tree.parents.append(row_of[p] if p >= 0 else -1)
         tree.depths.append(cand_depth[c])
-        tree.sources.append({EAGLE})
+        tree.sources.append({name})
     if ranks:
         index = drafter.draft_index
         tree.scores = {
@@ -221,7 +225,7 @@ def _draft_tree(
             for c, v in expanded.items()
             if c < 0 or c in row_of
         }
-    tree.spine[EAGLE] = _best_chain(tree)
+    tree.spine[name] = _best_chain(tree)
     return tree
 
 

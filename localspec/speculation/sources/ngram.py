@@ -45,10 +45,19 @@ class NGramSource:
         self.context = NGramIndex(capacity=CONTEXT_CAPACITY)
         self.session = SessionStore(capacity=SESSION_CAPACITY)
         self._generated_from = 0
+        # emitted tokens not yet indexed: they join the index at the next read, in one
+        # extend (cheaper per token than one each step while auto's lookups rest)
+        self._pending: list[int] = []
+
+    def _catch_up(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.context.extend(pending)
 
     def sync(self, stream: Sequence[int]) -> None:
         """Make the index hold exactly this stream (a new call's prompt and first token):
         what it shares with the indexed stream is kept, the rest replaced."""
+        self._catch_up()
         have = self.context.tokens
         n = min(len(have), len(stream))
         i = 0
@@ -60,11 +69,13 @@ class NGramSource:
         self._generated_from = len(stream) - 1  # the first token chosen by the target
 
     def extend(self, tokens: Sequence[int]) -> None:
-        self.context.extend(tokens)
+        """Emitted tokens join the stream (indexed when the index is next read)."""
+        self._pending.extend(tokens)
 
     def lookup(self, max_len: int, branches: int) -> NGramProposal | None:
         """The best continuations of the stream's end: from the stream itself, or from the
         session's memory when that matches longer."""
+        self._catch_up()
         found = self.context.lookup(max_len, branches)
         if len(self.session):
             query = self.context.tokens[-MAX_MATCH:]
@@ -94,15 +105,18 @@ class NGramSource:
     def remember(self) -> None:
         """What the call generated (with the prompt's last tokens before it, so its start can
         match) joins the session's memory, bounded, the oldest forgotten."""
+        self._catch_up()
         start = max(0, self._generated_from - MAX_MATCH)
         if len(self.context) - self._generated_from > 1:
             self.session.add(self.context.tokens[start:])
 
     def forget(self) -> None:
+        self._pending = []
         self.context.clear()
         self.session.clear()
         self._generated_from = 0
 
     @property
     def nbytes(self) -> int:
+        self._catch_up()
         return self.context.nbytes + self.session.nbytes

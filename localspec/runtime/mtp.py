@@ -1,0 +1,85 @@
+"""A target's own multi-token-prediction (MTP, "nextn") head as a drafter.
+
+Qwen3.5/3.6, GLM-4.5+, DeepSeek V3 and others ship one or more MTP blocks after the trunk in
+the same GGUF. llama.cpp runs such a block in a second context on the same model (the MTP
+context type): fed the pair (token x[p+1], the target's hidden state h[p]) it predicts
+x[p+2], and it returns its own hidden state, which the next draft step reads instead of the
+target's. That is exactly the EAGLE-3 decoder's contract (pair (token[P+1], g[P]), the state
+fed back), with the target's nextn hidden state for g and no encoder, so the MTP drafter is
+the EAGLE Drafter with those two graphs swapped: the same cache bookkeeping, chains, trees,
+windows and saved sessions, and every draft source built on it (auto included) works
+unchanged.
+
+A file with several MTP blocks (one per draft depth, as step35's) is driven through its first
+block applied recurrently, as llama.cpp does for a single head; the others stay unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidParameterError, UnsupportedModelError
+from ..options import RuntimeOptions
+from .drafter import Drafter
+from .target import Target
+
+MTP = "MTP"  # the variant, where an EAGLE drafter says "EAGLE-3" or "EAGLE-3.1"
+
+
+@dataclass(frozen=True)
+class MtpSpec:
+    """What the engine and session files read of a drafter's spec, for an MTP head: its file
+    is the target's own."""
+
+    path: str
+    n_heads: int  # MTP blocks in the file (the first drafts)
+    variant: str = MTP
+    taps: tuple[int, ...] = (-1,)  # the target's nextn hidden state: one row of n_embd
+    attention_window: int | None = None  # trained over the whole history
+
+
+class MtpDrafter(Drafter):
+    """The target's MTP block in its own llama.cpp context (the model is the target's, loaded
+    with its MTP blocks: Target(load_mtp=True))."""
+
+    def __init__(
+        self,
+        target: Target,
+        rt: RuntimeOptions,
+        *,
+        n_seq_max: int = 1,
+        window: int | None = None,
+    ) -> None:
+        rt = rt.checked()
+        if not target.has_mtp:
+            raise UnsupportedModelError(
+                f"{target.path} has no MTP head (no {target.architecture}.nextn_predict_layers "
+                "blocks), so it cannot draft with one"
+            )
+        if window is not None and window < 1:
+            raise InvalidParameterError(
+                f"the drafter's attention window must be >= 1, got {window}"
+            )
+        self.spec = MtpSpec(target.path, target.model.n_layer_nextn)  # type: ignore[assignment]
+        self._out_norm = None
+        self.model = target.model  # shared: closed with the target, not here
+        self._open(target, rt, n_seq_max, window, target.n_embd, mtp=True)
+
+    def encode(self, taps: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """No encoder: the head reads the target's hidden state as it is."""
+        if out is None:
+            return np.array(taps, dtype=np.float32)
+        out[:] = taps
+        return out
+
+    def feedback(self, h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The block's own hidden state feeds its next step as it is."""
+        if out is None:
+            return np.array(h, dtype=np.float32)
+        np.copyto(out, h)
+        return out
+
+    def close(self) -> None:
+        self.ctx.close()  # the model is the target's

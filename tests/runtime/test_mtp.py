@@ -1,0 +1,156 @@
+"""A target's own MTP (nextn) head as a draft source (runtime/mtp.py): tiny qwen35 targets with
+one MTP block, written here. With cycle=8 the head agrees with the trunk (it carries the given
+token's embedding through), so its drafts are accepted; without, it is random and they are
+mostly rejected. Either way the output is the target's own: greedy equals a plain loop replayed
+one token at a time (near-tie rule), sampling matches the target's distribution."""
+
+from __future__ import annotations
+
+import gguf
+import pytest
+
+import localspec
+from localspec.errors import InvalidParameterError, LocalspecError
+from localspec.files.fileinfo import describe, format_info
+from localspec.lowlevel import parts
+from localspec.runtime.mtp import MtpDrafter
+
+from helpers import tinymodels as tm
+from helpers.chisquare import chi2_critical, chi2_of_samples, exact_distribution
+from helpers.costs import inject_costs
+from helpers.greedy import assert_greedy_lossless
+
+EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
+PROMPT = "the cat sat on the mat; the dog"
+
+
+@pytest.fixture(scope="module")
+def agreeing(tmp_path_factory) -> str:
+    return tm.write_qwen35_target(
+        str(tmp_path_factory.mktemp("mtp") / "agree.gguf"), mtp=True, cycle=8
+    )
+
+
+@pytest.fixture(scope="module")
+def random_head(tmp_path_factory) -> str:
+    return tm.write_qwen35_target(str(tmp_path_factory.mktemp("mtp") / "random.gguf"), mtp=True)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_fixed_mtp_chains_are_lossless_and_accepted(agreeing, k) -> None:
+    with localspec.load(agreeing, **EXACT, draft_source="mtp") as eng:
+        assert isinstance(parts(eng).drafter, MtpDrafter)
+        assert eng.drafting.drafter_kind == "mtp" and "MTP head" in eng.drafter_note
+        c = eng.complete(PROMPT, max_tokens=80, n_draft=k)
+        s = eng.last_stats
+        assert set(s.sources) == {"mtp"}, s.sources
+        assert s.sources["mtp"].accepted >= 0.8 * s.sources["mtp"].drafted > 0
+        assert s.mode == f"mtp chain {k}" if k > 1 else "mtp"
+        assert_greedy_lossless(eng, PROMPT, c)
+
+
+def test_a_random_head_is_rejected_and_still_lossless(random_head) -> None:
+    """Rejections cut the hybrid state back (snapshots) and the MTP cache with it."""
+    with localspec.load(random_head, **EXACT, draft_source="mtp") as eng:
+        c = eng.complete(PROMPT, max_tokens=80, n_draft=4)
+        s = eng.last_stats
+        assert s.sources["mtp"].drafted > 0 and s.accepted < s.drafted
+        assert_greedy_lossless(eng, PROMPT, c)
+        # a second call, after the check's own decodes
+        c2 = eng.complete(PROMPT, max_tokens=40, n_draft=4)
+        assert_greedy_lossless(eng, PROMPT, c2)
+
+
+def test_auto_drafts_with_the_head_where_verifying_is_cheap(agreeing, monkeypatch) -> None:
+    """A GPU-like flat verify curve: auto drafts with the MTP head, losslessly (the cycling
+    text repeats, so with n-gram drafts allowed the index wins: both are checked)."""
+    with localspec.load(agreeing, **EXACT) as eng:  # auto finds the head in the target
+        assert eng.drafting.drafter_kind == "mtp"
+        inject_costs(monkeypatch, eng, lambda n: 15e-3 + 1e-4 * n, drafter=0.3e-3)
+        prompt = "zebra quartz violin"
+        c = eng.complete(prompt, max_tokens=150, draft_source="mtp")
+        s = eng.last_stats
+        assert s.mode == "auto (mtp)"
+        assert s.sources.get("mtp") and s.sources["mtp"].accepted > 50, s.sources
+        assert_greedy_lossless(eng, prompt, c)
+        c = eng.complete(prompt, max_tokens=150)
+        assert eng.last_stats.mode == "auto (mtp, ngram)" and eng.last_stats.accepted > 50
+        assert_greedy_lossless(eng, prompt, c)
+
+
+def test_mtp_chain_sampling_matches_target_distribution(agreeing) -> None:
+    """Rejection sampling from the head's own distribution: the target's distribution exactly
+    (the head agrees on the best token, not on the two others top_k keeps)."""
+    with localspec.load(agreeing, **EXACT, draft_source="mtp") as eng:
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt)
+        stat, df, acc = chi2_of_samples(eng, prompt, expected, n_samples=2000, n_draft=2)
+    assert 0.05 < acc < 1.95, acc  # drafts were accepted and rejected
+    assert df >= 5
+    assert stat < chi2_critical(df), (stat, df)
+
+
+def test_saved_sessions_keep_the_heads_cache(agreeing, tmp_path) -> None:
+    """The next turn of a conversation continues from a saved session: the target's state
+    (snapshots included) and the head's cache are restored, and the reply is the same."""
+    path = str(tmp_path / "s.lsess")
+    with localspec.load(agreeing, **EXACT, draft_source="mtp") as eng:
+        prompt = eng.tokenize(PROMPT)
+        history = prompt + eng.complete(prompt, max_tokens=30, n_draft=4).tokens
+        eng.save_session(path)
+        want = eng.complete(history, max_tokens=40, n_draft=4).tokens
+        assert eng.last_stats.cached_tokens >= len(history) - 1
+    with localspec.load(agreeing, **EXACT, draft_source="mtp") as eng:
+        eng.load_session(path)
+        got = eng.complete(history, max_tokens=40, n_draft=4)
+        assert eng.last_stats.cached_tokens >= len(history) - 1
+        assert got.tokens == want
+        assert eng.last_stats.sources["mtp"].accepted > 0
+
+
+def test_mtp_on_a_target_without_a_head_is_one_clear_error(tmp_path) -> None:
+    plain = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    with pytest.raises(InvalidParameterError, match="has none"):
+        localspec.load(plain, **EXACT, draft_source="mtp")
+    with localspec.load(plain, **EXACT) as eng:  # auto: n-gram drafts only, no head
+        assert not eng.drafting.has_drafter
+        c = eng.complete(PROMPT, max_tokens=8, draft_source="mtp", n_draft="auto")
+        assert c.stats.mode == "plain" and any("mtp" in n for n in c.stats.notes)
+
+
+def test_an_engine_drafting_with_its_head_says_why_eagle_runs_plain(agreeing) -> None:
+    with localspec.load(agreeing, **EXACT) as eng:
+        c = eng.complete(PROMPT, max_tokens=8, draft_source="eagle")
+        assert c.stats.mode == "plain"
+        assert any("MTP head" in n for n in c.stats.notes), c.stats.notes
+
+
+def test_an_mtp_block_with_a_missing_tensor_is_one_clear_error(tmp_path) -> None:
+    src = tm.write_qwen35_target(str(tmp_path / "full.gguf"), mtp=True)
+    bad = str(tmp_path / "missing.gguf")
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(bad, "qwen35")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        if t.name != "blk.4.nextn.eh_proj.weight":
+            w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(LocalspecError, match="eh_proj|nextn|MTP") as e:
+        localspec.load(bad, **EXACT, draft_source="mtp")
+    assert "Traceback" not in str(e.value)
+
+
+def test_info_says_the_target_has_an_mtp_head(agreeing, tmp_path) -> None:
+    info = describe(agreeing)
+    assert info["mtp_blocks"] == 1
+    text = format_info(info)
+    assert "MTP head      1 block: drafts with --draft-source mtp" in text, text
+    assert "(n-gram, MTP)" in text
+    plain = describe(tm.write_qwen35_target(str(tmp_path / "q.gguf")))
+    assert plain["mtp_blocks"] == 0 and "MTP" not in format_info(plain)

@@ -82,8 +82,9 @@ def add_source_arg(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
         "--draft-source",
         choices=DRAFT_SOURCES,
         default=None,
-        help=f"{what}: auto (default: the EAGLE drafter when one is loaded and the n-gram "
-        "index of the context, which needs no file), eagle, ngram (only the context: no "
+        help=f"{what}: auto (default: the EAGLE drafter when one is loaded, else the "
+        "target's own MTP head when it has one, and the n-gram index of the context, which "
+        "needs no file), eagle, mtp (the target's MTP head), ngram (only the context: no "
         "drafter needed), or none (plain decoding)",
     )
 

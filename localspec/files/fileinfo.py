@@ -13,7 +13,7 @@ import gguf
 from .. import native as N
 from ..options import RuntimeOptions
 from ..runtime.drafter_spec import DrafterSpec
-from ..runtime.rollback import plan_rollback, size_text
+from ..runtime.rollback import CHECKPOINT_DRAFT, plan_rollback, size_text
 from ..runtime.taps import GRAPH, NONE, STAGING, route_for
 from . import gguf_keys as K
 
@@ -97,6 +97,7 @@ def _recurrent(h: Any, arch: str, info: dict[str, Any]) -> dict[str, Any]:
     )
     return {
         "rollback": plan.n_rs_seq > 0,
+        "checkpoint": plan.checkpoint,
         "snapshots": plan.n_rs_seq,
         "snapshot_bytes": plan.memory,
         "row_bytes": plan.row_bytes,
@@ -148,12 +149,18 @@ def format_info(info: dict[str, Any]) -> str:
                 f"{size_text(r['row_bytes'])} each){lowered}; drafts of at most "
                 f"{r['snapshots']} tokens (n-gram" + (", MTP)" if info.get("mtp_blocks") else ")")
             )
+        elif r is not None and r.get("checkpoint"):
+            lines.append(
+                "  recurrent     no snapshots: each draft is verified from a checkpoint of its "
+                "state and the accepted tokens are decoded again after a rejection (auto "
+                f"drafts where that pays; drafts of at most {CHECKPOINT_DRAFT} tokens, n-gram)"
+            )
         elif r is not None:
             lines.append(f"  recurrent     plain decoding only: {r['why_not']}")
         m = info.get("mtp_blocks")
         if m:
             blocks = "1 block" if m == 1 else f"{m} blocks (the first drafts)"
-            usable = r is None or r["rollback"]
+            usable = r is None or r["rollback"] or r.get("checkpoint")
             lines.append(
                 f"  MTP head      {blocks}: drafts with --draft-source mtp (auto uses it when "
                 "no EAGLE drafter is found)"

@@ -40,6 +40,9 @@ from .library import (
 # --- owners of native handles ----------------------------------------------------------------
 
 
+PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (llama.h): a memory's recurrent part
+
+
 class NativeModel:
     """Owns a ``llama_model *`` and reads what the model and its vocabulary say; free it only
     after every context using it is freed."""
@@ -471,6 +474,27 @@ class NativeContext:
         else:
             n = C.llama_state_seq_set_data(self.ptr, src, data.size, seq)
         return bool(n == data.size)
+
+    # the _ext forms with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: only the recurrent part of a
+    # hybrid memory (a pure recurrent one ignores the flag: its state is all there is)
+    def recurrent_state_get(self, seq: int = 0) -> np.ndarray:
+        """A copy of one sequence's recurrent state (not its attention cells), as bytes."""
+        flags = PARTIAL_ONLY
+        size = C.llama_state_seq_get_size_ext(self.ptr, seq, flags)
+        buf = np.empty(size, dtype=np.uint8)
+        dst = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        if C.llama_state_seq_get_data_ext(self.ptr, dst, size, seq, flags) != size:
+            raise GenerationError(f"llama.cpp could not copy its recurrent state ({last_errors()})")
+        return buf
+
+    def recurrent_state_set(self, data: np.ndarray, seq: int = 0) -> None:
+        """Put back a recurrent state recurrent_state_get gave (the attention cells stay)."""
+        src = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        clear_log()
+        if C.llama_state_seq_set_data_ext(self.ptr, src, data.size, seq, PARTIAL_ONLY) != data.size:
+            raise GenerationError(
+                f"llama.cpp refused a recurrent state checkpoint ({last_errors() or 'no detail'})"
+            )
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

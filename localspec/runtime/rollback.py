@@ -13,6 +13,15 @@ kept here and in Target.keep before llama.cpp sees a call:
   second cut before the next decode, or a longer one, fails or leaves a wrong state. A cut the
   snapshots cannot serve rebuilds the state from the history instead (clear and prefill).
 
+Other recurrent architectures (mamba, mamba2, jamba, falcon-h1, granite hybrids, rwkv, qwen3next
+...) keep no snapshots. For them a draft's verify starts from a checkpoint: a copy of the
+sequence's recurrent state (llama_state_seq_get_data_ext, its recurrent part only) taken before
+the verify decode; when drafts are rejected the checkpoint is put back, the verify's attention
+cells are removed, and the accepted tokens are decoded again (a replay). It costs a copy of the
+state every drafting step and a replay after each rejection: auto prices both as they are
+measured (the copy inside the verify, the replay in the step's bookkeeping), so it drafts only
+where that pays; fixed drafts always run it.
+
 The snapshots cost memory: each recurrent layer keeps, per snapshot, its convolution state
 (n_embd_r) and its recurrent state (n_embd_s) in f32, as llama.cpp's hparams size them. At most
 `MEMORY_SHARE` of the model's weights go to them; drafts never run longer than the snapshots
@@ -37,6 +46,7 @@ _MAMBA2 = frozenset({"nemotron_h", "nemotron_h_moe"})
 SIZED_ARCHS = _DELTA_NET | _SHORT_CONV | _MAMBA2
 
 DEFAULT_RS_SEQ = 16  # snapshots kept: the longest draft a hybrid target verifies
+CHECKPOINT_DRAFT = 16  # the longest draft verified from a checkpoint (replays stay short)
 MEMORY_SHARE = 0.10  # of the model's weights, the most the snapshots may take
 F32 = 4
 
@@ -56,13 +66,19 @@ class Rollback:
 
     n_rs_seq: int
     row_bytes: int  # one snapshot of every recurrent layer's state
-    why_not: str = ""  # when n_rs_seq is 0: why (for the notes and `info`)
+    why_not: str = ""  # when n_rs_seq is 0 and no checkpoint is taken: why (notes, `info`)
     lowered: str = ""  # when fewer than DEFAULT_RS_SEQ: why
+    checkpoint: bool = False  # no snapshots: a checkpoint before each verify, a replay after
 
     @property
     def memory(self) -> int:
         """Bytes the snapshots take (beside the state itself)."""
         return self.n_rs_seq * self.row_bytes
+
+    @property
+    def max_draft(self) -> int:
+        """The longest draft the target verifies and cuts back (0: none)."""
+        return CHECKPOINT_DRAFT if self.checkpoint else self.n_rs_seq
 
 
 def _per_layer(value: Any, n_layer: int) -> list[int] | None:
@@ -116,12 +132,8 @@ def plan_rollback(
     """The snapshots a target of this architecture keeps: DEFAULT_RS_SEQ, fewer where n_batch
     or the memory share allows fewer, none where the architecture cannot roll back."""
     if arch not in ROLLBACK_ARCHS:
-        return Rollback(
-            0,
-            0,
-            f"{arch} has recurrent layers and llama.cpp keeps no snapshots of their state, so "
-            "it cannot be cut back after a rejected draft",
-        )
+        # llama.cpp keeps no snapshots of their state: checkpoints and replays instead
+        return Rollback(0, 0, checkpoint=True)
     row = recurrent_row_bytes(arch, key, n_embd)
     if row is None:
         return Rollback(0, 0, f"{arch} has recurrent layers whose state localspec cannot size yet")

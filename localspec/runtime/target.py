@@ -19,7 +19,7 @@ from .. import native as N
 from ..errors import ContextFullError, SessionStateError, UnsupportedModelError
 from ..native.header_checks import check_header
 from ..options import RuntimeOptions
-from .rollback import Rollback, RollbackGuard, plan_rollback
+from .rollback import ROLLBACK_ARCHS, Rollback, RollbackGuard, plan_rollback
 from .taps import GRAPH, STAGING, CallbackTaps, NextnTaps, StagingTaps, input_node, route_for
 
 
@@ -75,11 +75,14 @@ class Target:
         self.recurrent = self.model.recurrent
         self.rollback = Rollback(0, 0)
         if self.recurrent and not rollback:
+            kept = "snapshots of its recurrent state are kept"
+            if self.architecture not in ROLLBACK_ARCHS:
+                kept = "checkpoints of its recurrent state are taken"
             self.rollback = Rollback(
                 0,
                 0,
                 f"{self.architecture}: loaded for plain decoding (draft_source none), so no "
-                "snapshots of its recurrent state are kept",
+                + kept,
             )
         elif self.recurrent and (n_seq > 1 or tree_nodes):
             # drafts are verified in one sequence: parallel ones (training data) keep none
@@ -134,6 +137,8 @@ class Target:
         self._batch = N.Batch(self.n_batch)
         self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
         self._fingerprint: str | None = None
+        # a recurrent state without snapshots: (position, its copy) before the last verify
+        self._checkpoint: tuple[int, np.ndarray] | None = None
         self.tokens: list[int] = []  # the token at each position of sequence 0
         self._gaps: list[int] = []  # positions of cells parked in the gap sequence
         self._tree: tuple[list[list[int]], list[int]] | None = None  # last verified tree
@@ -249,6 +254,11 @@ class Target:
         b = self._batch
         b.token[:n] = tokens
         b.set(n, self.n, all_logits=all_logits)
+        # a recurrent state without snapshots: a draft's verify (every row's logits) starts
+        # from a checkpoint that keep() puts back if drafts are rejected
+        self._checkpoint = None
+        if self.rollback.checkpoint and all_logits and n > 1:
+            self._checkpoint = (self.n, self.ctx.recurrent_state_get(0))
         self.ctx.decode(b, "target batch")
         self._guard.decoded(n)
         self.tokens.extend(int(t) for t in tokens)
@@ -270,7 +280,7 @@ class Target:
     @property
     def max_draft(self) -> int | None:
         """The longest draft this target can verify and cut back (None: no limit; 0: none)."""
-        return self.rollback.n_rs_seq if self.recurrent else None
+        return self.rollback.max_draft if self.recurrent else None
 
     def keep(self, n: int) -> None:
         """Forget every position >= n (of the history and of parked gap cells). A recurrent
@@ -282,6 +292,8 @@ class Target:
                 self.ctx.seq_rm(n)
                 self._guard.cut()
                 del self.tokens[n:]
+            elif self._checkpoint is not None and self._checkpoint[0] <= n:
+                self._replay(n)
             else:
                 self._rebuild(n)
             return
@@ -297,6 +309,20 @@ class Target:
         self.tokens.clear()
         self._gaps.clear()
         self._guard.reset()
+        self._checkpoint = None
+
+    def _replay(self, n: int) -> None:
+        """Back to the checkpoint taken before the last verify, then its kept tokens decoded
+        again: the state of positions < n without snapshots. The checkpoint is spent."""
+        assert self._checkpoint is not None
+        at, state = self._checkpoint
+        self._checkpoint = None
+        self.ctx.recurrent_state_set(state, 0)
+        self.ctx.seq_rm(at)  # the verify's attention cells (the recurrent part is back at at)
+        replay = self.tokens[at:n]
+        del self.tokens[at:]
+        if replay:
+            self.decode(replay, all_logits=False)
 
     def _rebuild(self, n: int) -> None:
         """A recurrent state its snapshots cannot cut back to n: decoded again from the

@@ -162,17 +162,22 @@ class SpecState:
     def commit(self, last: int, tree: DraftTree, out: Outcome) -> None:
         """Keep last and the accepted path as history; feed the drafter and the index."""
         tgt, m = self.target, len(out.path)
+        emitted = out.emitted(tree)
+        rows = [0] + [i + 1 for i in out.path]
+        # the verify's taps, read before the cut: a recurrent state without snapshots is cut
+        # back by decoding again, which replaces them
+        taps = None
+        if self.fed:
+            with self.probe.span("feed"):
+                taps = tgt.read_taps(rows[-1] + 1)
         if tree.is_chain:
             if m < len(tree):
                 tgt.keep(tgt.n - len(tree) + m)  # the verify decode appended every row
         else:
             tgt.commit_tree(last, out.path, tree.tokens)
-        emitted = out.emitted(tree)
         with self.probe.span("feed"):
-            if self.fed:
+            if taps is not None:
                 assert self.drafter is not None
-                rows = [0] + [i + 1 for i in out.path]
-                taps = tgt.read_taps(rows[-1] + 1)
                 # pairs for P = n..n+m: (token[P+1], g[P]) = the accepted drafts, then y
                 self.drafter.queue(emitted, taps if rows == list(range(len(rows))) else taps[rows])
             if self.indexing:

@@ -202,7 +202,7 @@ def test_draft_source_flag_errors_are_one_line(agree, capsys) -> None:
     for cmd in ("chat", "serve", "bench"):
         with pytest.raises(SystemExit):
             main([cmd, "--help"])
-        assert "--draft-source {auto,eagle,ngram,none}" in capsys.readouterr().out
+        assert "--draft-source {auto,eagle,mtp,ngram,none}" in capsys.readouterr().out
 
 
 # --- the chat's context and session-cache flags; targets by Hugging Face repo id -------------

@@ -549,19 +549,25 @@ def write_gemma3_target(
     return path
 
 
-def write_mamba_target(path: str, *, n_embd: int = 64, n_layer: int = 4, seed: int = 0) -> str:
-    """A tiny `mamba` (recurrent, state-space) target: its state cannot be cut back after a
-    rejected draft, so it must be refused as a speculation target (it still runs plainly)."""
+def write_mamba_target(
+    path: str, *, n_embd: int = 64, n_layer: int = 4, seed: int = 0, cycle: int = 0
+) -> str:
+    """A tiny `mamba` (recurrent, state-space) target: llama.cpp keeps no snapshots of its
+    state, so drafts are verified from a checkpoint and replayed (runtime/rollback.py). With
+    cycle > 0 its text cycles (as _hybrid_embd_head makes it), so n-gram drafts are accepted."""
     rng = np.random.default_rng(seed)
     inner, state, conv, dt_rank = 2 * n_embd, 16, 4, max(1, n_embd // 16)
 
     def rnd(*shape_: int, scale: float = 1.0) -> np.ndarray:
         return (rng.standard_normal(shape_) * scale / np.sqrt(shape_[-1])).astype(np.float32)
 
+    emb, head = rnd(N_VOCAB, n_embd, scale=np.sqrt(n_embd)), rnd(N_VOCAB, n_embd, scale=4.0)
+    if cycle:
+        emb, head = _hybrid_embd_head(rnd, n_embd, cycle)
     t: dict[str, np.ndarray] = {
-        "token_embd.weight": rnd(N_VOCAB, n_embd, scale=np.sqrt(n_embd)),
+        "token_embd.weight": emb,
         "output_norm.weight": np.ones(n_embd, dtype=np.float32),
-        "output.weight": rnd(N_VOCAB, n_embd, scale=4.0),
+        "output.weight": head,
     }
     for i in range(n_layer):
         t[f"blk.{i}.attn_norm.weight"] = np.ones(n_embd, dtype=np.float32)

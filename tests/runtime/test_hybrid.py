@@ -15,6 +15,7 @@ from localspec.native.gguf_header import GGUFHeader
 from localspec.native.model import NativeContext, NativeModel
 from localspec.options import RuntimeOptions
 from localspec.runtime.rollback import (
+    CHECKPOINT_DRAFT,
     DEFAULT_RS_SEQ,
     RollbackGuard,
     plan_rollback,
@@ -67,7 +68,7 @@ def test_a_qwen35_27b_like_shape_and_the_memory_share() -> None:
     none = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=2, weights_bytes=1 << 40)
     assert none.n_rs_seq == 0 and "qwen35: no snapshot of its recurrent state fits" in none.why_not
     mamba = plan_rollback("mamba", keys.get, n_embd=64, n_batch=512, weights_bytes=1 << 30)
-    assert mamba.n_rs_seq == 0 and "llama.cpp keeps no snapshots of their state" in mamba.why_not
+    assert mamba.n_rs_seq == 0 and mamba.checkpoint and mamba.max_draft == CHECKPOINT_DRAFT
 
 
 def test_the_guard_allows_one_cut_after_a_decode_within_its_rule() -> None:
@@ -178,13 +179,12 @@ def test_info_says_how_a_hybrid_is_speculated_on(tmp_path) -> None:
     assert "cut back after rejected drafts by 4 snapshots (66.0 KiB, 16.5 KiB each)" in text
     assert "fit in 10% of the weights" in text
     m = format_info(describe(tm.write_mamba_target(str(tmp_path / "m.gguf"))))
-    assert "plain decoding only: mamba has recurrent layers and llama.cpp keeps no snapshots" in m
+    assert "no snapshots: each draft is verified from a checkpoint" in m
 
 
 def test_what_runs_plain_says_why(tmp_path) -> None:
     """A hybrid loaded for plain decoding keeps no snapshots (they cost every decode); a call
-    asking it for drafts, and any on a recurrent target llama.cpp keeps none for, runs plain
-    and says why."""
+    asking it for drafts runs plain and says why."""
     q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
     with localspec.load(q, draft=False, draft_source="none", **EXACT) as eng:
         assert parts(eng).target.max_draft == 0 and not eng.drafting.can_draft
@@ -200,9 +200,69 @@ def test_what_runs_plain_says_why(tmp_path) -> None:
     finally:
         parallel.close()
     m = tm.write_mamba_target(str(tmp_path / "m.gguf"))
-    with localspec.load(m, draft=False, **EXACT) as eng:
+    with localspec.load(m, draft=False, draft_source="none", **EXACT) as eng:
         c = eng.complete("the cat sat", max_tokens=8, n_draft=4, draft_source="ngram")
         assert c.stats.drafted == 0 and c.stats.notes == [
-            "mamba has recurrent layers and llama.cpp keeps no snapshots of their state, so it "
-            "cannot be cut back after a rejected draft: plain decoding"
+            "mamba: loaded for plain decoding (draft_source none), so no checkpoints of its "
+            "recurrent state are taken: plain decoding"
         ]
+
+
+# --- no snapshots: a checkpoint before each verify, a replay after rejections ------------------
+
+
+@pytest.fixture(scope="module")
+def mamba(tmp_path_factory) -> str:
+    return tm.write_mamba_target(str(tmp_path_factory.mktemp("mamba") / "m.gguf"), cycle=8)
+
+
+def test_a_checkpoint_and_replay_equal_a_fresh_state(mamba) -> None:
+    """mamba keeps no snapshots: a verify's rejected tail is undone by putting back the state
+    copied before it and decoding the kept tokens again; a second cut (no checkpoint left)
+    rebuilds. The next logits equal a fresh context's either way."""
+    t = Target(mamba, RuntimeOptions(**EXACT))
+    try:
+        assert t.recurrent and t.rollback.checkpoint and t.max_draft == CHECKPOINT_DRAFT
+        assert t.ctx.n_rs_seq == 0
+        prompt = [int(x) for x in np.random.default_rng(1).integers(0, 250, 12)]
+        t.prefill(prompt)
+        t.decode([7, 8, 9, 10, 11], all_logits=True)  # a verify: checkpoint first
+        t.keep(len(prompt) + 2)  # 7, 8 kept: back to the checkpoint, replay
+        assert t.tokens == [*prompt, 7, 8]
+        want = _fresh_logits(mamba, [*prompt, 7, 8, 42])
+        got = np.array(t.decode([42], all_logits=False)[0])
+        assert np.abs(got - want).max() < 1e-3 * max(1.0, float(np.abs(want).max()))
+        t.decode([5, 6, 7], all_logits=True)
+        t.keep(t.n - 3)  # nothing kept of the verify: the checkpoint alone
+        t.keep(t.n - 1)  # a second cut: no checkpoint left, rebuilt
+        want = _fresh_logits(mamba, [*prompt, 7, 8, 43])
+        got = np.array(t.decode([43], all_logits=False)[0])
+        assert np.abs(got - want).max() < 1e-3 * max(1.0, float(np.abs(want).max()))
+        stale = _fresh_logits(mamba, [*prompt, 7, 8, 42, 43])
+        assert np.abs(stale - want).max() > 0.1  # the check can tell a wrong state
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize(("source", "k"), [("ngram", 4), ("ngram", 16), ("auto", "auto")])
+def test_ngram_drafts_on_mamba_are_lossless_and_accepted(mamba, source, k) -> None:
+    """A fixed -k forces the checkpoint-and-replay path (auto takes it only where it pays)."""
+    with localspec.load(mamba, draft=False, **EXACT) as eng:
+        assert eng.drafting.can_draft
+        prompt = "the cat sat on the mat; the cat sat on the hat; the dog"
+        c = eng.complete(prompt, max_tokens=96, n_draft=k, draft_source=source)
+        s = eng.last_stats
+        if k != "auto":
+            assert s.drafted > 0 and s.accepted > 0, s.as_dict()
+        assert_greedy_lossless(eng, prompt, c)
+
+
+def test_a_random_mamba_rejects_and_replays_losslessly(tmp_path) -> None:
+    m = tm.write_mamba_target(str(tmp_path / "r.gguf"))
+    with localspec.load(m, draft=False, **EXACT) as eng:
+        prompt = "the cat sat on the mat; the cat sat on the mat; the cat sat on the"
+        eng.complete(prompt, max_tokens=40, n_draft=2, draft_source="ngram")  # session memory
+        c = eng.complete(prompt, max_tokens=80, n_draft=4, draft_source="ngram")
+        s = eng.last_stats
+        assert s.drafted > s.accepted > 0, s.as_dict()  # partial acceptance: replays of 2..4
+        assert_greedy_lossless(eng, prompt, c)

@@ -20,13 +20,10 @@ from localspec.errors import (
     CheckpointError,
     InvalidParameterError,
     LocalspecError,
-    UnsupportedModelError,
 )
 from localspec.files import gguf_keys as K
 from localspec.files.discovery import drafter_path_for
 from localspec.native.hardware import physical_cores
-from localspec.runtime.taps import NONE as NO_TAPS
-from localspec.runtime.taps import route_for
 from localspec.stats import Stats
 
 from . import formats as F
@@ -251,12 +248,9 @@ def convert(
     arch = th.architecture or "unknown"
     if arch == K.EAGLE3_ARCH:
         raise InvalidParameterError(f"{target} is a drafter; give the target GGUF")
-    if route_for(arch) == NO_TAPS:
-        raise UnsupportedModelError(
-            f"target architecture '{arch}' has recurrent (state-space) layers and cannot be "
-            "speculated on, so no drafter can be made for it"
-        )
-    n_layer = int(th.arch_key("block_count") or 0)
+    # the trunk's layers: MTP (nextn) blocks after it are counted in block_count too
+    nextn = th.arch_key("nextn_predict_layers")
+    n_layer = int(th.arch_key("block_count") or 0) - (nextn if isinstance(nextn, int) else 0)
     t_hidden = int(th.arch_key("embedding_length") or 0)
     t_vocab = int(th.kv_len.get(gguf.Keys.Tokenizer.LIST, 0))
     out = out or drafter_path_for(target)

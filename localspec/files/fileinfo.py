@@ -14,7 +14,7 @@ from .. import native as N
 from ..options import RuntimeOptions
 from ..runtime.drafter_spec import DrafterSpec
 from ..runtime.rollback import CHECKPOINT_DRAFT, plan_rollback, size_text
-from ..runtime.taps import GRAPH, NONE, STAGING, route_for
+from ..runtime.taps import GRAPH, STAGING, route_for
 from . import gguf_keys as K
 
 
@@ -116,7 +116,6 @@ def _numel(shape: tuple[int, ...]) -> int:
 TAPS_VIA = {
     STAGING: "through llama.cpp's staging API (its graph records layer inputs)",
     GRAPH: "through the graph's eval callback (layer outputs l_out-<il>; checked at load)",
-    NONE: "not supported: recurrent or hybrid layers (no EAGLE drafter runs on them yet)",
 }
 
 

@@ -68,8 +68,9 @@ STAGING_ARCHS = frozenset(
 )
 
 # Recurrent and hybrid (state-space) architectures (llm_arch_is_recurrent / _hybrid in
-# vendor/llama.cpp/src/llama-arch.cpp, 0.3.36): their state cannot be cut back after rejected
-# drafts here, so they cannot be speculated on. The loaded model's own flags
+# vendor/llama.cpp/src/llama-arch.cpp, 0.3.36): their state is cut back after rejected drafts
+# by snapshots or a checkpoint (runtime/rollback.py), they verify chains only (one state per
+# sequence), and drafters tap them through the graph callback. The loaded model's own flags
 # (llama_model_is_recurrent / _hybrid) decide at load; this list lets `info` say so from the
 # header alone.
 RECURRENT_ARCHS = frozenset(

@@ -130,13 +130,16 @@ def plan_rollback(
     arch: str, key: Any, *, n_embd: int, n_batch: int, weights_bytes: int
 ) -> Rollback:
     """The snapshots a target of this architecture keeps: DEFAULT_RS_SEQ, fewer where n_batch
-    or the memory share allows fewer, none where the architecture cannot roll back."""
+    or the memory share allows fewer; a checkpoint before each verify instead where the
+    architecture keeps none, none fits, or localspec cannot size them."""
     if arch not in ROLLBACK_ARCHS:
         # llama.cpp keeps no snapshots of their state: checkpoints and replays instead
         return Rollback(0, 0, checkpoint=True)
     row = recurrent_row_bytes(arch, key, n_embd)
-    if row is None:
-        return Rollback(0, 0, f"{arch} has recurrent layers whose state localspec cannot size yet")
+    if row is None:  # snapshots localspec cannot size: a checkpoint needs no size
+        return Rollback(
+            0, 0, lowered=f"{arch}: snapshots localspec cannot size yet", checkpoint=True
+        )
     n, lowered = DEFAULT_RS_SEQ, ""
     if n_batch - 2 < n:
         n, lowered = max(n_batch - 2, 0), f"n_batch {n_batch} leaves room for {n_batch - 2}"
@@ -148,8 +151,8 @@ def plan_rollback(
                 f"{fit} snapshots of {size_text(row)} fit in {MEMORY_SHARE:.0%} of the "
                 f"weights ({size_text(weights_bytes)})"
             )
-    if n < 1:
-        return Rollback(0, row, f"{arch}: no snapshot of its recurrent state fits ({lowered})")
+    if n < 1:  # one checkpoint (a copy of the state) still fits
+        return Rollback(0, row, lowered=f"no snapshot fits ({lowered})", checkpoint=True)
     return Rollback(n, row, lowered=lowered)
 
 

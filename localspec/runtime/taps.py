@@ -14,13 +14,13 @@ from ..files.gguf_keys import RECURRENT_ARCHS, STAGING_ARCHS
 
 STAGING = "staging API"
 GRAPH = "graph callback"
-NONE = "none (recurrent or hybrid layers)"
 
 
 def route_for(architecture: str) -> str:
-    """How a target of this architecture is tapped (NONE: it cannot be speculated on)."""
+    """How a target of this architecture is tapped: recurrent and hybrid graphs (qwen35, lfm2,
+    nemotron_h, mamba ...) name their layer outputs too, so the callback serves them."""
     if architecture in RECURRENT_ARCHS:
-        return NONE
+        return GRAPH
     return STAGING if architecture in STAGING_ARCHS else GRAPH
 
 
@@ -66,7 +66,9 @@ class CallbackTaps:
     def __init__(self, ctx: N.NativeContext, nodes: list[bytes]) -> None:
         assert ctx.graph_taps is not None
         self.ctx, self.graph, self.active = ctx, ctx.graph_taps, False
-        self.graph.want(nodes)
+        unique = list(dict.fromkeys(nodes))  # a layer tapped twice is copied once
+        self.graph.want(unique)
+        self._slots = [unique.index(n) for n in nodes]
 
     def set_active(self, active: bool) -> None:
         self.graph.active = self.active = active
@@ -74,8 +76,8 @@ class CallbackTaps:
 
     def read(self, n_rows: int, out: np.ndarray) -> None:
         w = self.graph.width
-        for j in range(out.shape[1] // w):
-            out[:, j * w : (j + 1) * w] = self.graph.rows(j, n_rows)
+        for j, slot in enumerate(self._slots):
+            out[:, j * w : (j + 1) * w] = self.graph.rows(slot, n_rows)
 
 
 class NextnTaps:

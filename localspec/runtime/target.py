@@ -147,13 +147,14 @@ class Target:
 
     def check_tappable(self, layers: tuple[int, ...] = ()) -> None:
         """Refuse, before anything native could abort, a target whose hidden states cannot
-        feed a drafter: recurrent or hybrid memory (its state cannot be cut back after
-        rejected drafts), taps outside its layers, or a graph that does not name them."""
-        if self.model.recurrent:
+        feed a drafter: recurrent or hybrid memory whose state this target cannot cut back
+        (loaded for plain decoding, or with parallel sequences), taps outside its layers, or
+        a graph that does not name them."""
+        if self.model.recurrent and self.max_draft == 0:
             raise UnsupportedModelError(
-                f"target architecture '{self.architecture}' has recurrent (state-space) layers: "
-                "their state cannot be rolled back after rejected drafts, so it cannot be "
-                "speculated on (it still runs with draft=False)"
+                f"target architecture '{self.architecture}' has recurrent (state-space) layers "
+                f"and {self.rollback.why_not or 'its state cannot be cut back here'}, so no "
+                "drafter can feed on it (it still runs with draft=False)"
             )
         for lid in layers:
             if not 0 <= lid < self.n_layer:

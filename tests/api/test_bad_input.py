@@ -58,14 +58,15 @@ def test_drafter_is_not_eagle3(models) -> None:
         localspec.load(models["target"], draft=models["target"])
 
 
-def test_recurrent_target_refused_before_anything_native(tmp_path) -> None:
-    # a mamba GGUF: its state cannot be rolled back after a rejected draft
+def test_a_drafter_on_a_recurrent_target_loaded_for_plain_decoding_is_refused(tmp_path) -> None:
+    # a mamba GGUF loaded for plain decoding takes no checkpoints of its state, so no drafter
+    # can feed on it (with any other source it drafts: tests/runtime/test_hybrid.py)
     t = tm.write_mamba_target(str(tmp_path / "m.gguf"))
     d = tm.write_drafter(str(tmp_path / "m.eagle3.gguf"), t)
-    with pytest.raises(UnsupportedModelError, match="recurrent"):
-        localspec.load(t, draft=d)
+    with pytest.raises(UnsupportedModelError, match="recurrent.*loaded for plain decoding"):
+        localspec.load(t, draft=d, draft_source="none")
     # without a drafter the same file still runs as a plain target
-    with localspec.load(t, draft=False, **EXACT) as eng:
+    with localspec.load(t, draft=False, draft_source="none", **EXACT) as eng:
         assert len(eng.complete("hi", max_tokens=5).tokens) == 5
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import localspec
-from localspec.errors import GenerationError
+from localspec.errors import GenerationError, InvalidParameterError
 from localspec.lowlevel import parts
 from localspec.native.gguf_header import GGUFHeader
 from localspec.native.model import NativeContext, NativeModel
@@ -66,7 +66,7 @@ def test_a_qwen35_27b_like_shape_and_the_memory_share() -> None:
     small = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=8, weights_bytes=1 << 40)
     assert small.n_rs_seq == 6 and "n_batch 8" in small.lowered  # n_ubatch > n_rs_seq + 1
     none = plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=2, weights_bytes=1 << 40)
-    assert none.n_rs_seq == 0 and "qwen35: no snapshot of its recurrent state fits" in none.why_not
+    assert none.n_rs_seq == 0 and none.checkpoint and "no snapshot fits" in none.lowered
     mamba = plan_rollback("mamba", keys.get, n_embd=64, n_batch=512, weights_bytes=1 << 30)
     assert mamba.n_rs_seq == 0 and mamba.checkpoint and mamba.max_draft == CHECKPOINT_DRAFT
 
@@ -266,3 +266,26 @@ def test_a_random_mamba_rejects_and_replays_losslessly(tmp_path) -> None:
         s = eng.last_stats
         assert s.drafted > s.accepted > 0, s.as_dict()  # partial acceptance: replays of 2..4
         assert_greedy_lossless(eng, prompt, c)
+
+
+# --- EAGLE drafters on recurrent targets: taps through the graph callback ----------------------
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "lfm2", "mamba"])
+def test_an_eagle_drafter_on_a_recurrent_target_is_lossless(arch, tmp_path) -> None:
+    """Chains only (one state per sequence: trees need one per branch), cut back by snapshots
+    (qwen35, lfm2) or a checkpoint (mamba); a random drafter, so every draft is rejected."""
+    writer = {**WRITERS, "mamba": tm.write_mamba_target}[arch]
+    t = writer(str(tmp_path / f"{arch}.gguf"))
+    d = tm.random_drafter_for(t, str(tmp_path / f"{arch}.eagle3.gguf"), taps=(1, 2, 3))
+    with localspec.load(t, draft=d, **EXACT) as eng:
+        assert eng.drafting.has_drafter and eng.drafting.max_tree == 0
+        assert parts(eng).target.tap_route == "graph callback"
+        prompt = "the cat sat on the mat"
+        for k in (3, "auto"):
+            c = eng.complete(prompt, max_tokens=40, n_draft=k, draft_source="eagle")
+            if k == 3:
+                assert eng.last_stats.sources["eagle"].drafted > 0
+            assert_greedy_lossless(eng, prompt, c)
+        with pytest.raises(InvalidParameterError, match="does not fit this engine"):
+            eng.complete(prompt, max_tokens=4, tree=(3, 2, 5))

@@ -490,7 +490,7 @@ def _error(r: httpx.Response) -> dict[str, Any]:
 
 
 NDRAFT_MESSAGE = f'n_draft must be "auto" or an integer in [0, {MAX_DRAFT}], got '
-SOURCE_MESSAGE = 'draft_source must be one of "auto", "eagle", "ngram", "none", got '
+SOURCE_MESSAGE = 'draft_source must be one of "auto", "eagle", "mtp", "ngram", "none", got '
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ def test_changes_are_checked_copies() -> None:
     none = s.with_source("none")
     assert none.source == "none" and not none.speculation
     assert none.with_source("auto").speculation
-    with pytest.raises(LocalspecError, match="one of auto, eagle, ngram, none"):
+    with pytest.raises(LocalspecError, match="one of auto, eagle, mtp, ngram, none"):
         s.with_source("medusa")
     # the engine's rule, in the commands' words
     with pytest.raises(InvalidParameterError, match=r"^/tree 2,2,4: .*/source ngram takes /k"):

@@ -649,7 +649,7 @@ async def test_source_none_eagle_and_bad_values(agree, tmp_path) -> None:
         app._notifications.clear()
         await say(pilot, "/source both")
         assert app.next_reply.source == "eagle"  # refused
-        assert any("bad value for /source" in n and "auto, eagle, ngram, none" in n
+        assert any("bad value for /source" in n and "auto, eagle, mtp, ngram, none" in n
                    for n in notes(app)), notes(app)  # fmt: skip
         await say(pilot, "/tree 3,2,5")
         await say(pilot, "/source ngram")  # a fixed tree is the drafter's: refused

@@ -92,8 +92,8 @@ def bench(path: str, arch: str, threads: int, rounds: int, max_tokens: int) -> N
         for name, _, _ in settings:
             d = sum(a for a, _ in acc[name])
             a = sum(b for _, b in acc[name])
-            print(f"{name:>18} {statistics.median(speed[name]):8.1f} "
-                  f"{statistics.median(ratio[name]):7.2f}x {min(ratio[name]):6.2f}x {d}/{a}")  # fmt: skip
+            med, low = statistics.median(ratio[name]), min(ratio[name])
+            print(f"{name:>18} {statistics.median(speed[name]):8.1f} {med:7.2f}x {low:6.2f}x {d}/{a}")
         print("modes:", ", ".join(sorted({eng.last_stats.mode for eng in engines.values()})))
     finally:
         for eng in engines.values():
@@ -133,8 +133,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
-    print(f"CPU {platform.processor() or platform.machine()}, {args.threads} threads, "
-          f"llama-cpp-python {localspec.__version__ if hasattr(localspec, '__version__') else ''}")  # fmt: skip
+    import llama_cpp
+
+    cpu = platform.processor() or platform.machine()
+    print(f"CPU {cpu}, {args.threads} threads, llama-cpp-python {llama_cpp.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         q = tm.write_qwen35_target(os.path.join(tmp, "q.gguf"), mtp=True, cycle=8)
         m = tm.write_mamba_target(os.path.join(tmp, "m.gguf"), cycle=8)

@@ -92,9 +92,9 @@ def bench(path: str, arch: str, threads: int, rounds: int, max_tokens: int) -> N
         for name, _, _ in settings:
             d = sum(a for a, _ in acc[name])
             a = sum(b for _, b in acc[name])
-            med, low = statistics.median(ratio[name]), min(ratio[name])
-            print(f"{name:>18} {statistics.median(speed[name]):8.1f} {med:7.2f}x {low:6.2f}x {d}/{a}")
-        print("modes:", ", ".join(sorted({eng.last_stats.mode for eng in engines.values()})))
+            tps, med, low = (f(v) for f, v in ((statistics.median, speed[name]),
+                             (statistics.median, ratio[name]), (min, ratio[name])))  # fmt: skip
+            print(f"{name:>18} {tps:8.1f} {med:7.2f}x {low:6.2f}x {d}/{a}")
     finally:
         for eng in engines.values():
             eng.close()

@@ -47,6 +47,7 @@ QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
 # step (a fast target: a tiny model, a GPU); each rest that ends with nothing paid doubles the
 # next, up to the longest, and one accepted draft makes rests short again
 NGRAM_REST_AFTER, NGRAM_REST_SHARE, NGRAM_REST_LONGEST = 32, 0.02, 64
+REST_SAMPLE = 16  # a rest's steps of which every this many teaches plain decoding's cost
 RETIME_AFTER_S = 60.0  # a calibration timed on a busy machine: how often to look for quiet
 RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each noisy one)
 
@@ -83,6 +84,7 @@ class Scheduler:
         # auto with nothing to draft from: plain steps left before the next plan, and the plan
         self._quiet = 0
         self._quiet_plans = (StepPlan(), StepPlan())  # (learning from its costs, not)
+        self._sample = QUIET_SAMPLE  # every this many quiet steps learns
         self._plain_at_sleep = 0  # unfed plain steps measured when the drafter fell asleep
         # auto's planned steps in a row without an accepted draft, the n-gram index's next
         # rest, and what looking up and planning a step costs (cost clock)
@@ -247,11 +249,14 @@ class Scheduler:
                 self._quiet -= 1
                 assert self.cost is not None
                 self.cost.skip()
-                return self._quiet_plans[bool(self._quiet % QUIET_SAMPLE)]
+                return self._quiet_plans[bool(self._quiet % self._sample)]
             plan = self._auto(budget, free_cells, offer)
             rest = self._may_rest(plan)
             if rest:
                 self._quiet = rest - 1
+                # a rest of the n-gram index follows a fast target: plain decoding's cost is
+                # learnt from fewer of its steps (each learning step costs a share of one)
+                self._sample = REST_SAMPLE if NGRAM in self.mode.sources else QUIET_SAMPLE
                 self._quiet_plans = (
                     replace(plan, quiet=True),
                     replace(plan, quiet=True, learn=False),

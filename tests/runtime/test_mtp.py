@@ -144,6 +144,9 @@ def test_an_mtp_block_with_a_missing_tensor_is_one_clear_error(tmp_path) -> None
     with pytest.raises(LocalspecError, match="eh_proj|nextn|MTP") as e:
         localspec.load(bad, **EXACT, draft_source="mtp")
     assert "Traceback" not in str(e.value)
+    # llama.cpp checks the block's tensors whether or not it loads them: any load says so
+    with pytest.raises(LocalspecError, match="nextn.eh_proj"):
+        localspec.load(bad, **EXACT, draft_source="none")
 
 
 def test_info_says_the_target_has_an_mtp_head(agreeing, tmp_path) -> None:

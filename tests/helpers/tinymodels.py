@@ -779,6 +779,76 @@ def write_qwen35_target(
     return path
 
 
+def write_nemotron_h_target(
+    path: str,
+    *,
+    n_embd: int = 64,
+    seed: int = 0,
+    chat_template: str = CHATML,
+    cycle: int = 0,
+) -> str:
+    """A random `nemotron_h` target (Mamba-2 hybrid): four layers, chosen by the per-layer
+    head_count_kv and feed_forward_length arrays as llama.cpp reads them (both 0: a Mamba-2
+    mixer; head_count_kv > 0: attention without RoPE; feed_forward_length > 0: a squared-ReLU
+    MLP): mamba2, attention, mamba2, MLP. The Mamba-2 mixer: in_proj to z, x, B, C and dt per
+    head, a causal depthwise conv over x, B, C, per-head decay A and skip D, a grouped RMS norm
+    gated by z, out_proj."""
+    rnd, around_one, bias = _rng_tensors(seed)
+    n_head, n_head_kv, n_ff = 4, 2, 2 * n_embd
+    hd = n_embd // n_head
+    d_inner, d_state, n_group, d_conv = 2 * n_embd, 16, 2, 4
+    n_ssm_head = 8  # head size d_inner / n_ssm_head = 16
+    d_in_proj = 2 * d_inner + 2 * n_group * d_state + n_ssm_head
+    conv_dim = d_inner + 2 * n_group * d_state
+    kinds = ["mamba2", "attention", "mamba2", "mlp"]
+    emb, head = _hybrid_embd_head(rnd, n_embd, cycle)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": emb,
+        "output_norm.weight": around_one(n_embd),
+        "output.weight": head,
+    }
+    for i, kind in enumerate(kinds):
+        t[f"blk.{i}.attn_norm.weight"] = around_one(n_embd)
+        if kind == "mamba2":
+            t[f"blk.{i}.ssm_in.weight"] = rnd(d_in_proj, n_embd)
+            t[f"blk.{i}.ssm_conv1d.weight"] = rnd(conv_dim, d_conv, scale=2.0)
+            t[f"blk.{i}.ssm_conv1d.bias"] = bias(conv_dim, 0.1)
+            t[f"blk.{i}.ssm_dt.bias"] = bias(n_ssm_head, 0.5)
+            a = -np.random.default_rng(seed + 100 + i).uniform(0.3, 3.0, n_ssm_head)
+            t[f"blk.{i}.ssm_a"] = a.astype(np.float32).reshape(n_ssm_head, 1)  # no ".weight"
+            t[f"blk.{i}.ssm_d"] = (1.0 + bias(n_ssm_head, 0.3)).reshape(n_ssm_head, 1)
+            t[f"blk.{i}.ssm_norm.weight"] = around_one(d_inner).reshape(n_group, -1)
+            t[f"blk.{i}.ssm_out.weight"] = rnd(n_embd, d_inner)
+        elif kind == "attention":
+            t[f"blk.{i}.attn_q.weight"] = rnd(n_head * hd, n_embd)
+            t[f"blk.{i}.attn_k.weight"] = rnd(n_head_kv * hd, n_embd)
+            t[f"blk.{i}.attn_v.weight"] = rnd(n_head_kv * hd, n_embd)
+            t[f"blk.{i}.attn_output.weight"] = rnd(n_embd, n_head * hd)
+        else:
+            t[f"blk.{i}.ffn_up.weight"] = rnd(n_ff, n_embd)
+            t[f"blk.{i}.ffn_down.weight"] = rnd(n_embd, n_ff)
+    w = gguf.GGUFWriter(path, "nemotron_h")
+    w.add_name("tiny nemotron_h test target")
+    w.add_context_length(2048)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(len(kinds))
+    w.add_feed_forward_length([n_ff if k == "mlp" else 0 for k in kinds])
+    w.add_head_count(n_head)
+    w.add_head_count_kv([n_head_kv if k == "attention" else 0 for k in kinds])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_eps(1e-5)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_group_count(n_group)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_inner_size(d_inner)
+    w.add_vocab_size(N_VOCAB)
+    _finish(w, t, chat_template)
+    return path
+
+
 def write_lfm2_target(
     path: str,
     *,

@@ -409,7 +409,8 @@ def _drafter_cases() -> list[Case]:
 
 def _hybrid_cases() -> list[Case]:
     """The recurrent hyperparameters of the hybrids that draft (qwen35 with its MTP block,
-    lfm2): state sizes, the conv kernel, group counts, the attention interval, the MTP count."""
+    lfm2, nemotron_h): state sizes, the conv kernel, group counts, head counts, the attention
+    interval, the per-layer kinds, the MTP count."""
     q = "qwen35"
     rows = [("unchanged", None, "OK")]
     for key, values in (
@@ -442,7 +443,23 @@ def _hybrid_cases() -> list[Case]:
         ("kv-short", _set(f"{lf}.attention.head_count_kv", (I32, [0, 0]), ARR), ANY),
         ("kv-scalar", _set(f"{lf}.attention.head_count_kv", 2, U32), ANY),
     ]
-    return [*_cases("qwen35_mtp", rows), *_cases("lfm2", lrows)]
+    nh = "nemotron_h"
+    nrows = [("unchanged", None, "OK")]
+    for key, values in (
+        ("ssm.conv_kernel", (0, 1, 2, BIG)),
+        ("ssm.state_size", (0, 3, 32, BIG)),
+        ("ssm.group_count", (0, 3, 4, BIG)),
+        ("ssm.time_step_rank", (0, 3, 16, BIG)),
+        ("ssm.inner_size", (0, 63, 256, BIG)),
+    ):
+        nrows += [(f"{key}-{v}", _set(f"{nh}.{key}", v, U32), ANY) for v in values]
+    nrows += [
+        ("kv-all-mamba", _set(f"{nh}.attention.head_count_kv", (I32, [0, 0, 0, 0]), ARR), ANY),
+        ("kv-short", _set(f"{nh}.attention.head_count_kv", (I32, [0, 2]), ARR), ANY),
+        ("ff-all-mlp", _set(f"{nh}.feed_forward_length", (I32, [128] * 4), ARR), ANY),
+        ("ff-short", _set(f"{nh}.feed_forward_length", (I32, [0, 0]), ARR), ANY),
+    ]
+    return [*_cases("qwen35_mtp", rows), *_cases("lfm2", lrows), *_cases("nemotron_h", nrows)]
 
 
 CASES = [
@@ -464,6 +481,7 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "gemma3": tm.write_gemma3_target(str(d / "gemma3.gguf")),
         "qwen35_mtp": tm.write_qwen35_target(str(d / "qwen35.gguf"), mtp=True),
         "lfm2": tm.write_lfm2_target(str(d / "lfm2.gguf")),
+        "nemotron_h": tm.write_nemotron_h_target(str(d / "nemotron_h.gguf")),
         "draft": tm.write_drafter(str(d / "draft.gguf"), t),
         "draft_d2t": tm.write_drafter(str(d / "d2t.gguf"), t, tm.DrafterShape(draft_vocab=64)),
         "draft_own": tm.write_drafter(

@@ -5,6 +5,9 @@ wrong. Tiny qwen35 (gated delta nets) and lfm2 (short convolutions) targets, wri
 
 from __future__ import annotations
 
+import collections
+import re
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,7 @@ import localspec
 from localspec.errors import GenerationError, InvalidParameterError
 from localspec.lowlevel import parts
 from localspec.native.gguf_header import GGUFHeader
+from localspec.native import library
 from localspec.native.model import NativeContext, NativeModel
 from localspec.options import RuntimeOptions
 from localspec.runtime.rollback import (
@@ -27,7 +31,11 @@ from helpers import tinymodels as tm
 from helpers.greedy import assert_greedy_lossless
 
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
-WRITERS = {"qwen35": tm.write_qwen35_target, "lfm2": tm.write_lfm2_target}
+WRITERS = {
+    "qwen35": tm.write_qwen35_target,
+    "lfm2": tm.write_lfm2_target,
+    "nemotron_h": tm.write_nemotron_h_target,
+}
 
 
 @pytest.fixture(scope="module", params=sorted(WRITERS))
@@ -49,6 +57,25 @@ def test_snapshot_rows_are_sized_as_llama_cpp_sizes_them(tmp_path) -> None:
     lf = GGUFHeader(tm.write_lfm2_target(str(tmp_path / "l.gguf")))
     assert recurrent_row_bytes("lfm2", lf.arch_key, 64) == 3 * 64 * 2 * 4
     assert recurrent_row_bytes("mamba", lf.arch_key, 64) is None
+
+
+@pytest.mark.parametrize("arch", sorted(WRITERS))
+def test_snapshot_memory_is_what_llama_cpp_allocates(arch, tmp_path, monkeypatch) -> None:
+    """llama.cpp logs the recurrent memory it allocates: (1 + n_rs_seq) rows of R and S."""
+    log: collections.deque[str] = collections.deque(maxlen=100_000)
+    monkeypatch.setattr(library, "_recent_log", log)  # the log callback appends to it
+    path = WRITERS[arch](str(tmp_path / f"{arch}.gguf"))
+    row = recurrent_row_bytes(arch, GGUFHeader(path).arch_key, 64)
+    assert row is not None and row > 0
+    model = NativeModel(path, n_gpu_layers=0)
+    try:
+        ctx = NativeContext(model, n_ctx=256, n_batch=64, n_threads=1, n_rs_seq=40)
+        ctx.close()
+        logged = re.search(r"llama_memory_recurrent: size = +([0-9.]+) MiB", "".join(log))
+    finally:
+        model.close()
+    assert logged is not None
+    assert abs(float(logged.group(1)) - 41 * row / 2**20) <= 0.006, (logged.group(0), row)
 
 
 def test_a_qwen35_27b_like_shape_and_the_memory_share() -> None:

@@ -235,7 +235,7 @@ def test_an_edited_conversation_reuses_only_the_common_prefix(models, tmp_path) 
         check_same(c, ids, got, chat(c, edited, max_tokens=30, n_draft=3))
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "mamba", "qwen35", "lfm2"])
+@pytest.mark.parametrize("arch", ["gemma3", "mamba", "qwen35", "lfm2", "nemotron_h"])
 def test_sliding_window_and_recurrent_targets(tmp_path, arch) -> None:
     """Gemma 3: every cell of the sliding-window layers is saved, so a restored cache can be
     cut back far below its window (6 here). Recurrent and hybrid: the state holds only its
@@ -246,6 +246,7 @@ def test_sliding_window_and_recurrent_targets(tmp_path, arch) -> None:
         "mamba": tm.write_mamba_target,
         "qwen35": tm.write_qwen35_target,
         "lfm2": tm.write_lfm2_target,
+        "nemotron_h": tm.write_nemotron_h_target,
     }
     target = writers[arch](str(tmp_path / f"{arch}.gguf"))
     with load(target, False) as a:

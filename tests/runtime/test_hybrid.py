@@ -14,8 +14,8 @@ import pytest
 import localspec
 from localspec.errors import GenerationError, InvalidParameterError
 from localspec.lowlevel import parts
-from localspec.native.gguf_header import GGUFHeader
 from localspec.native import library
+from localspec.native.gguf_header import GGUFHeader
 from localspec.native.model import NativeContext, NativeModel
 from localspec.options import RuntimeOptions
 from localspec.runtime.rollback import (

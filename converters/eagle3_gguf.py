@@ -59,10 +59,13 @@ def target_record(target_path: str) -> TargetRecord:
     tokens = h.kv.get(gguf.Keys.Tokenizer.LIST)
     if not isinstance(tokens, list):
         raise ModelFileError(f"{target_path} has no tokenizer.ggml.tokens")
+    # the trunk's layers, as llama.cpp counts them (llama_model_n_layer): MTP (nextn) blocks
+    # after the trunk are in the header's block_count too
+    nextn = h.arch_key("nextn_predict_layers")
     return TargetRecord(
         header=h,
         architecture=h.architecture or "",
-        block_count=int(h.arch_key("block_count") or 0),
+        block_count=int(h.arch_key("block_count") or 0) - (nextn if isinstance(nextn, int) else 0),
         embedding_length=int(h.arch_key("embedding_length") or 0),
         vocab_size=len(tokens),
         vocab_fingerprint=vocab_fingerprint([t.encode("utf-8") for t in tokens]),

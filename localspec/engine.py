@@ -26,7 +26,7 @@ from .errors import (
     LocalspecError,
     SessionStateError,
 )
-from .files.discovery import default_target, find_drafter
+from .files.discovery import default_target, eagle_beside, find_drafter
 from .files.gguf_keys import RECURRENT_ARCHS
 from .files.model_path import check_model_file
 from .options import (
@@ -48,7 +48,7 @@ from .runtime import session_state
 from .runtime.clocks import cost_clock
 from .runtime.drafter import Drafter
 from .runtime.drafter_spec import DrafterSpec
-from .runtime.mtp import MtpDrafter
+from .runtime.mtp import MtpDrafter, mtp_blocks
 from .runtime.parts import Parts
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
@@ -197,18 +197,19 @@ class Engine:
             # sliding-window cache (Gemma 3) or a recurrent state its memory
             self._max_tree = 0
         # the target's own MTP head drafts where asked for, or for auto when no EAGLE drafter
-        # is named (one found next to the target is preferred to it)
-        nextn = header.arch_key("nextn_predict_layers")
-        nextn = nextn if isinstance(nextn, int) else 0
-        if self._source == "mtp" and (nextn < 1 or spec is not None):
+        # is named or lies next to the target (one found there is preferred to it, and the
+        # head's weights are then not loaded)
+        nextn, mtp_why = mtp_blocks(header)
+        if self._source == "mtp" and (mtp_why or spec is not None):
             raise InvalidParameterError(
-                f"draft_source='mtp' drafts with the target's own MTP head, and {target_path} "
-                "has none (no nextn_predict_layers blocks)"
-                if nextn < 1
+                f"draft_source='mtp' drafts with the target's own MTP head: {mtp_why}"
+                if mtp_why
                 else "draft_source='mtp' drafts with the target's own MTP head: leave draft "
                 "unset (it names an EAGLE drafter)",
                 parameter="draft_source",
             )
+        if mtp_why or (self._source == "auto" and draft is None and eagle_beside(target_path)):
+            nextn = 0
         mtp = loads_mtp(draft, self._source, nextn)
         # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
         # they cost every decode a few percent (benchmarks/bench_rollback.py)
@@ -500,16 +501,31 @@ class Engine:
             if loaded is not None and loaded[0] is self._drafter:
                 return
             if loaded is None:
-                loaded = self._load_drafter(path)
+                try:
+                    loaded = self._load_drafter(path)
+                except BaseException:
+                    # the pair check may have re-created the target's context (the graph
+                    # callback's probe): the drafter at work gets its taps back
+                    if self._drafter is not None:
+                        self._tap_for(self._drafter)
+                    raise
                 self._drafters[key] = loaded
             drafter, scheduler = loaded
             self._current = None  # the caches change under a running generation
-            if self._target.taps != drafter.spec.taps:
-                self._target.enable_taps(drafter.spec.taps)  # checked when it was loaded
+            self._tap_for(drafter)
             self._drafter, self._scheduler = drafter, scheduler
             self._state = SpecState(self._target, drafter, self._probe)
             self._empty_caches()
             self.drafter_note = _drafter_note(drafter)
+
+    def _tap_for(self, drafter: Drafter) -> None:
+        """The target's taps this drafter reads: an MTP head's hidden state, or an EAGLE
+        drafter's layers (checked when it was loaded)."""
+        if isinstance(drafter, MtpDrafter):
+            if self._target.taps != drafter.spec.taps or not self._target.taps_active:
+                self._target.enable_mtp_taps()
+        elif self._target.taps != drafter.spec.taps:
+            self._target.enable_taps(drafter.spec.taps)
 
     def _load_drafter(self, path: str) -> tuple[Drafter, Scheduler]:
         """A drafter for use_drafter, and a scheduler of its own; refused (LocalspecError)

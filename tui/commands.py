@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 SOURCE_NOTES = {
-    "auto": "the EAGLE drafter when loaded and the n-gram index, as the cost model picks",
+    "auto": "the EAGLE drafter (or the target's MTP head) when loaded and the n-gram index, "
+    "as the cost model picks",
     "eagle": "the EAGLE drafter only",
     "mtp": "the target's own MTP head only",
     "ngram": "the n-gram index of the context only (no drafter needed)",

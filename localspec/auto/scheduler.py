@@ -181,6 +181,9 @@ class Scheduler:
         Fixed modes leave auto's state alone."""
         self.mode = mode
         self._quiet = 0
+        # a new prompt may hold what the reply copies: the index rests shortly at first (its
+        # first lookups find a copy that starts after a few words of the reply's own)
+        self._rest = QUIET_STEPS
         if self.cost is not None:
             self.cost.new_call()
         if mode.kind != "auto":

@@ -47,6 +47,21 @@ def _candidates(target_path: str) -> list[tuple[str, bool]]:
     return out
 
 
+def eagle_beside(target_path: str) -> bool:
+    """Whether an EAGLE-3 drafter file lies where find_drafter looks (read from the headers
+    alone, before the target is loaded): it is then preferred to the target's own MTP head."""
+    for path, needs_record in _candidates(target_path):
+        try:
+            h = N.GGUFHeader(path)
+        except LocalspecError:
+            continue
+        if h.architecture == K.EAGLE3_ARCH and (
+            not needs_record or h.kv.get(K.TARGET_VOCAB_FINGERPRINT)
+        ):
+            return True
+    return False
+
+
 def find_drafter(target: Target) -> tuple[str | None, str]:
     """The drafter that pairs with this loaded target (or None), and a note naming the
     candidates passed over and why ('' when none was)."""

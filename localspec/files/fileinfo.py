@@ -13,6 +13,7 @@ import gguf
 from .. import native as N
 from ..options import RuntimeOptions
 from ..runtime.drafter_spec import DrafterSpec
+from ..runtime.mtp import mtp_blocks
 from ..runtime.rollback import CHECKPOINT_DRAFT, plan_rollback, size_text
 from ..runtime.taps import GRAPH, STAGING, route_for
 from . import gguf_keys as K
@@ -77,8 +78,8 @@ def describe(path: str) -> dict[str, Any]:
         }
     else:
         info["taps_via"] = route_for(arch)
-        nextn = h.arch_key("nextn_predict_layers")
-        info["mtp_blocks"] = nextn if isinstance(nextn, int) and nextn > 0 else 0
+        info["mtp_blocks"], why = mtp_blocks(h)
+        info["mtp_unusable"] = (why or None) if info["mtp_blocks"] else None
         if arch in K.RECURRENT_ARCHS:
             info["recurrent"] = _recurrent(h, arch, info)
     return info
@@ -145,27 +146,27 @@ def format_info(info: dict[str, Any]) -> str:
             lines.append(
                 f"  recurrent     hybrid: its state is cut back after rejected drafts by "
                 f"{r['snapshots']} snapshots ({size_text(r['snapshot_bytes'])}, "
-                f"{size_text(r['row_bytes'])} each){lowered}; drafts of at most "
-                f"{r['snapshots']} tokens (n-gram" + (", MTP)" if info.get("mtp_blocks") else ")")
+                f"{size_text(r['row_bytes'])} each){lowered}; chains of at most "
+                f"{r['snapshots']} tokens"
             )
         elif r is not None and r.get("checkpoint"):
             lines.append(
                 "  recurrent     no snapshots: each draft is verified from a checkpoint of its "
                 "state and the accepted tokens are decoded again after a rejection (auto "
-                f"drafts where that pays; drafts of at most {CHECKPOINT_DRAFT} tokens, n-gram)"
+                f"drafts where that pays; chains of at most {CHECKPOINT_DRAFT} tokens)"
             )
         elif r is not None:
             lines.append(f"  recurrent     plain decoding only: {r['why_not']}")
         m = info.get("mtp_blocks")
         if m:
             blocks = "1 block" if m == 1 else f"{m} blocks (the first drafts)"
-            usable = r is None or r["rollback"] or r.get("checkpoint")
-            lines.append(
-                f"  MTP head      {blocks}: drafts with --draft-source mtp (auto uses it when "
-                "no EAGLE drafter is found)"
-                if usable
-                else f"  MTP head      {blocks}, unused: plain decoding only"
-            )
+            if info.get("mtp_unusable"):
+                lines.append(f"  MTP head      {blocks}, unused: {info['mtp_unusable']}")
+            else:
+                lines.append(
+                    f"  MTP head      {blocks}: drafts with --draft-source mtp (auto uses it "
+                    "when no EAGLE drafter is found)"
+                )
         return "\n".join(lines)
     flags = [
         f for f in ("fc_norm", "norm_output", "norm_before_fc", "norm_before_residual") if d[f]

@@ -10,13 +10,15 @@ the EAGLE Drafter with those two graphs swapped: the same cache bookkeeping, cha
 windows and saved sessions, and every draft source built on it (auto included) works
 unchanged.
 
-A file with several MTP blocks (one per draft depth, as step35's) is driven through its first
-block applied recurrently, as llama.cpp does for a single head; the others stay unused.
+A file with several MTP blocks (one per draft depth: step35, hy_v3, mimo2) is driven through its
+first block applied recurrently; the others stay unused. The other architectures' graphs run
+exactly one block (mtp_blocks refuses more before llama.cpp would abort).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,38 @@ from .drafter import Drafter
 from .target import Target
 
 MTP = "MTP"  # the variant, where an EAGLE drafter says "EAGLE-3" or "EAGLE-3.1"
+
+# architectures whose llama.cpp graph runs an MTP block (vendored src/models/*.cpp, 0.3.36)
+MTP_ARCHS = frozenset(
+    {
+        "qwen35", "qwen35moe", "qwen3next", "glm4moe", "glm-dsa", "glm5-next", "deepseek2",
+        "deepseek32", "deepseek4", "bailingmoe3", "cohere2moe", "nemotron_h_moe", "step35",
+        "hy_v3", "mimo2",
+    }
+)  # fmt: skip
+# ... of which these run one block per draft step; the others assert that there is one block
+# (GGML_ASSERT(n_layer_nextn == 1) while the MTP graph is reserved: an abort at context creation)
+MULTI_HEAD_ARCHS = frozenset({"step35", "hy_v3", "mimo2"})
+
+
+def mtp_blocks(header: Any) -> tuple[int, str]:
+    """(the MTP blocks a target's header declares, "" when its head can draft, else why not),
+    read before llama.cpp sees the file: an architecture without an MTP graph, a block count
+    its graph asserts on, or blocks declared but left out of the file (a trunk-only export)."""
+    arch = header.architecture or "unknown"
+    n = header.arch_key("nextn_predict_layers")
+    n = n if isinstance(n, int) and n > 0 else 0
+    if n == 0:
+        return 0, f"{header.path} has no MTP head (no {arch}.nextn_predict_layers blocks)"
+    if arch not in MTP_ARCHS:
+        return n, f"llama.cpp runs no MTP block of {arch}"
+    if n > 1 and arch not in MULTI_HEAD_ARCHS:
+        return n, f"llama.cpp runs one MTP block of {arch}, and {header.path} declares {n}"
+    blocks = header.arch_key("block_count")
+    first = f"blk.{blocks - n}.nextn.eh_proj.weight" if isinstance(blocks, int) else ""
+    if first not in header.tensors:
+        return n, f"{header.path} declares {n} MTP block(s) but holds no {first or 'eh_proj'}"
+    return n, ""
 
 
 @dataclass(frozen=True)

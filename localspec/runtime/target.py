@@ -153,8 +153,9 @@ class Target:
         if self.model.recurrent and self.max_draft == 0:
             raise UnsupportedModelError(
                 f"target architecture '{self.architecture}' has recurrent (state-space) layers "
-                f"and {self.rollback.why_not or 'its state cannot be cut back here'}, so no "
-                "drafter can feed on it (it still runs with draft=False)"
+                "whose state this engine does not cut back after rejected drafts ("
+                f"{self.rollback.why_not or 'no snapshots'}), so no drafter can feed on it (it "
+                "still runs with draft=False)"
             )
         for lid in layers:
             if not 0 <= lid < self.n_layer:
@@ -177,6 +178,10 @@ class Target:
         if self._census is None:
             if self.ctx.graph_taps is None:
                 graph = N.GraphTaps(self.n_batch, self.n_embd)
+                # taps of the old context (an MTP head's) go with it: the engine puts the
+                # drafter at work's taps back on the new one (Engine.use_drafter)
+                self.set_taps_active(False)
+                self._tap_source, self.taps = None, ()
                 self.ctx.close()
                 self.ctx = N.NativeContext(self.model, graph_taps=graph, **self._ctx_args)
             assert self.ctx.graph_taps is not None
@@ -322,8 +327,13 @@ class Target:
         self.ctx.seq_rm(at)  # the verify's attention cells (the recurrent part is back at at)
         replay = self.tokens[at:n]
         del self.tokens[at:]
-        if replay:
-            self.decode(replay, all_logits=False)
+        if replay:  # taps off: nobody reads them (the verify's were read before the cut)
+            active = self.taps_active
+            self.set_taps_active(False)
+            try:
+                self.decode(replay, all_logits=False)
+            finally:
+                self.set_taps_active(active)
 
     def _rebuild(self, n: int) -> None:
         """A recurrent state its snapshots cannot cut back to n: decoded again from the

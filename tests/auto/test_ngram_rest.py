@@ -147,3 +147,14 @@ def test_a_tiny_hybrid_rests_its_lookups_and_stays_lossless(tiny_hybrid) -> None
         assert lookups[0] < NGRAM_REST_AFTER + (steps - NGRAM_REST_AFTER) / 4, (lookups, steps)
         assert "rests" in str(eng.last_stats.auto)
         assert_greedy_lossless(eng, prompt, c)
+
+
+def test_a_new_call_rests_shortly_at_first() -> None:
+    """Rests grown long in one reply start short again at the next call: its prompt is new,
+    and a copy of it is found within QUIET_STEPS tokens of the reply's start."""
+    s = scheduler()
+    drive(s, NGRAM_REST_AFTER + 4 * NGRAM_REST_LONGEST, t_plan=0.2 * T1)
+    assert s._rest == NGRAM_REST_LONGEST
+    s.start(Mode("auto", None, frozenset({NGRAM})))
+    looked = drive(s, 2 * QUIET_STEPS + 2, t_plan=0.2 * T1)
+    assert looked[:2] == [0, QUIET_STEPS]

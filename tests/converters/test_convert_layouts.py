@@ -190,3 +190,24 @@ def test_refusals_name_the_feature(target, tmp_path) -> None:
         lambda c: c.update(speculators_model_type="dflash", architectures=["DFlashSpeculator"]),
     )
     _refused(ck, target, out, "speculators 'dflash' drafter is not an EAGLE-3")
+
+
+def test_a_drafter_for_a_hybrid_target_with_an_mtp_head_converts_and_runs(tmp_path) -> None:
+    """A published EAGLE-3.1 layout converted for a qwen35 target (gated delta nets, and an
+    MTP block after the trunk, which is not one of its layers): the taps fall in the trunk, the
+    record names the trunk's layers, and the drafter runs on the target through the graph
+    callback, losslessly, beside the target's own head."""
+    hybrid = tm.write_qwen35_target(
+        str(tmp_path / "q.gguf"), n_layer=TARGET_LAYERS, mtp=True, cycle=8
+    )
+    ck = publish(str(tmp_path / "ck"), "specforge-eagle31")
+    out = str(tmp_path / "q.eagle3.gguf")
+    res = convert(ck, hybrid, out, outtype="f32", measure_readings=False, log=quiet)
+    assert res.verify is not None and res.verify.passed
+    _, meta = read_tensors(out)
+    assert meta["localspec.target.block_count"] == TARGET_LAYERS
+    with localspec.load(hybrid, draft=out, **EXACT) as eng:
+        assert eng.drafting.drafter_kind == "eagle"
+        c = eng.complete("the quick brown fox", max_tokens=24, n_draft=3)
+        assert eng.last_stats.sources["eagle"].drafted > 0
+        assert_greedy_lossless(eng, "the quick brown fox", c)

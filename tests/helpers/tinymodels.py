@@ -616,6 +616,7 @@ def random_drafter_for(
 
     h = GGUFHeader(target_path)
     n_embd, n_layer = int(h.arch_key("embedding_length")), int(h.arch_key("block_count"))
+    n_layer -= int(h.arch_key("nextn_predict_layers") or 0)  # the trunk's layers
     n_head = n_embd // 64 if n_embd % 64 == 0 else int(h.arch_key("attention.head_count"))
     n_kv = n_head // 3 if n_head % 3 == 0 else n_head // 2 if n_head % 2 == 0 else n_head
     taps = taps or (2, n_layer // 2, n_layer - 3)

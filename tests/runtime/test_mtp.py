@@ -13,7 +13,7 @@ import localspec
 from localspec.errors import InvalidParameterError, LocalspecError
 from localspec.files.fileinfo import describe, format_info
 from localspec.lowlevel import parts
-from localspec.runtime.mtp import MtpDrafter
+from localspec.runtime.mtp import MtpDrafter, mtp_blocks
 
 from helpers import tinymodels as tm
 from helpers.chisquare import chi2_critical, chi2_of_samples, exact_distribution
@@ -45,7 +45,7 @@ def test_fixed_mtp_chains_are_lossless_and_accepted(agreeing, k) -> None:
         s = eng.last_stats
         assert set(s.sources) == {"mtp"}, s.sources
         assert s.sources["mtp"].accepted >= 0.8 * s.sources["mtp"].drafted > 0
-        assert s.mode == f"mtp chain {k}" if k > 1 else "mtp"
+        assert s.mode == f"mtp chain {k}"
         assert_greedy_lossless(eng, PROMPT, c)
 
 
@@ -110,7 +110,7 @@ def test_saved_sessions_keep_the_heads_cache(agreeing, tmp_path) -> None:
 
 def test_mtp_on_a_target_without_a_head_is_one_clear_error(tmp_path) -> None:
     plain = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
-    with pytest.raises(InvalidParameterError, match="has none"):
+    with pytest.raises(InvalidParameterError, match="has no MTP head"):
         localspec.load(plain, **EXACT, draft_source="mtp")
     with localspec.load(plain, **EXACT) as eng:  # auto: n-gram drafts only, no head
         assert not eng.drafting.has_drafter
@@ -154,6 +154,63 @@ def test_info_says_the_target_has_an_mtp_head(agreeing, tmp_path) -> None:
     assert info["mtp_blocks"] == 1
     text = format_info(info)
     assert "MTP head      1 block: drafts with --draft-source mtp" in text, text
-    assert "(n-gram, MTP)" in text
+    assert "chains of at most" in text
     plain = describe(tm.write_qwen35_target(str(tmp_path / "q.gguf")))
     assert plain["mtp_blocks"] == 0 and "MTP" not in format_info(plain)
+
+
+def test_switching_between_the_head_and_an_eagle_drafter(agreeing, tmp_path) -> None:
+    """use_drafter from the head to an EAGLE drafter re-creates the target's context for the
+    graph callback (its taps follow), and back: every reply stays the target's own."""
+    eagle = tm.random_drafter_for(agreeing, str(tmp_path / "d.eagle3.gguf"), taps=(1, 2, 3))
+    with localspec.load(agreeing, **EXACT) as eng:
+        assert eng.drafting.drafter_kind == "mtp"
+        for which, source in ((eagle, "eagle"), (agreeing, "mtp"), (eagle, "eagle")):
+            eng.use_drafter(which)
+            assert eng.drafting.drafter_kind == source
+            c = eng.complete(PROMPT, max_tokens=30, n_draft=3, draft_source=source)
+            assert eng.last_stats.sources[source].drafted > 0
+            assert_greedy_lossless(eng, PROMPT, c)
+        bad = tm.write_drafter(str(tmp_path / "bad.eagle3.gguf"), tm.write_target(
+            str(tmp_path / "other.gguf")))  # fmt: skip
+        eng.use_drafter(agreeing)
+        with pytest.raises(LocalspecError):
+            eng.use_drafter(bad)  # refused: the head stays at work, its taps on
+        c = eng.complete(PROMPT, max_tokens=30, n_draft=3, draft_source="mtp")
+        assert eng.last_stats.sources["mtp"].accepted > 0
+        assert_greedy_lossless(eng, PROMPT, c)
+
+
+def test_an_eagle_drafter_beside_the_target_is_preferred_and_the_head_not_loaded(
+    agreeing, tmp_path
+) -> None:
+    import shutil
+
+    target = str(tmp_path / "t.gguf")
+    shutil.copy(agreeing, target)
+    tm.random_drafter_for(target, str(tmp_path / "t.eagle3.gguf"), taps=(1, 2, 3))
+    with localspec.load(target, **EXACT) as eng:
+        assert eng.drafting.drafter_kind == "eagle"
+        assert not parts(eng).target.model.mtp_loaded
+
+
+class _Header:
+    def __init__(self, arch: str, nextn: int, tensors: tuple[str, ...]) -> None:
+        self.architecture, self.path = arch, f"{arch}.gguf"
+        self.tensors = dict.fromkeys(tensors)
+        self._keys = {"nextn_predict_layers": nextn, "block_count": 5}
+
+    def arch_key(self, key: str):
+        return self._keys.get(key)
+
+
+def test_heads_llama_cpp_would_abort_on_are_refused_from_the_header() -> None:
+    eh = "blk.4.nextn.eh_proj.weight"
+    assert mtp_blocks(_Header("qwen35", 1, (eh,))) == (1, "")
+    assert "has no MTP head" in mtp_blocks(_Header("qwen35", 0, ()))[1]
+    assert "runs no MTP block of lfm2" in mtp_blocks(_Header("lfm2", 1, (eh,)))[1]
+    # GGML_ASSERT(n_layer_nextn == 1) in the qwen35 MTP graph; step35 runs several
+    assert "runs one MTP block of qwen35" in mtp_blocks(_Header("qwen35", 2, (eh,)))[1]
+    assert mtp_blocks(_Header("step35", 2, ("blk.3.nextn.eh_proj.weight",))) == (2, "")
+    # a trunk-only export: the key kept, the blocks left out
+    assert "holds no blk.4.nextn.eh_proj.weight" in mtp_blocks(_Header("glm4moe", 1, ()))[1]

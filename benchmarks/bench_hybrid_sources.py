@@ -105,13 +105,13 @@ def checkpoint_cost(path: str, threads: int, reps: int = 200) -> None:
     t = Target(path, RuntimeOptions(n_ctx=512, n_threads=threads))
     try:
         t.prefill(list(range(1, 129)))
-        state = t.ctx.recurrent_state_get(0)
+        state = t.ctx.state_get(0, partial=True)
         one, get, put = [], [], []
         for _ in range(reps):
             t0 = time.perf_counter()
-            s = t.ctx.recurrent_state_get(0)
+            s = t.ctx.state_get(0, partial=True)
             t1 = time.perf_counter()
-            t.ctx.recurrent_state_set(s, 0)
+            assert t.ctx.state_set(s, 0, partial=True)
             t2 = time.perf_counter()
             t.decode([5], all_logits=False)
             t3 = time.perf_counter()

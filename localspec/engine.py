@@ -199,7 +199,7 @@ class Engine:
         # the target's own MTP head drafts where asked for, or for auto when no EAGLE drafter
         # is named or lies next to the target (one found there is preferred to it, and the
         # head's weights are then not loaded)
-        nextn, mtp_why = mtp_blocks(header)
+        mtp_why = mtp_blocks(header)[1]
         if self._source == "mtp" and (mtp_why or spec is not None):
             raise InvalidParameterError(
                 f"draft_source='mtp' drafts with the target's own MTP head: {mtp_why}"
@@ -208,9 +208,16 @@ class Engine:
                 "unset (it names an EAGLE drafter)",
                 parameter="draft_source",
             )
-        if mtp_why or (self._source == "auto" and draft is None and eagle_beside(target_path)):
-            nextn = 0
-        mtp = loads_mtp(draft, self._source, nextn)
+        mtp = loads_mtp(
+            draft,
+            self._source,
+            usable=not mtp_why,
+            # the folder's headers are read only where the head could draft for auto
+            eagle_beside=not mtp_why
+            and self._source == "auto"
+            and draft is None
+            and eagle_beside(target_path),
+        )
         # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
         # they cost every decode a few percent (benchmarks/bench_rollback.py)
         self._target = Target(
@@ -302,7 +309,7 @@ class Engine:
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
             no_draft_note=self._target.rollback.why_not if not self._can_draft else "",
-            drafter_kind="mtp" if isinstance(self._drafter, MtpDrafter) else "eagle",
+            drafter_kind=self._drafter.kind if self._drafter is not None else "eagle",
         )
 
     @property
@@ -521,10 +528,11 @@ class Engine:
     def _tap_for(self, drafter: Drafter) -> None:
         """The target's taps this drafter reads: an MTP head's hidden state, or an EAGLE
         drafter's layers (checked when it was loaded)."""
+        if self._target.taps == drafter.spec.taps:
+            return
         if isinstance(drafter, MtpDrafter):
-            if self._target.taps != drafter.spec.taps or not self._target.taps_active:
-                self._target.enable_mtp_taps()
-        elif self._target.taps != drafter.spec.taps:
+            self._target.enable_mtp_taps()
+        else:
             self._target.enable_taps(drafter.spec.taps)
 
     def _load_drafter(self, path: str) -> tuple[Drafter, Scheduler]:

@@ -37,7 +37,7 @@ class Drafting:
     """What an engine can draft with: the facts draft_mode reads."""
 
     can_draft: bool  # False: recurrent layers, whose state cannot be cut back
-    has_drafter: bool  # an EAGLE drafter is loaded
+    has_drafter: bool  # a model drafter is loaded (an EAGLE drafter, or the target's MTP head)
     drafter_note: str  # which drafter, or why there is none
     architecture: str
     max_tree: int  # nodes one verify batch holds
@@ -55,12 +55,15 @@ def loads_drafter(draft: Any, draft_source: DraftSource) -> bool:
     return draft is not None or draft_source in ("auto", "eagle")
 
 
-def loads_mtp(draft: Any, draft_source: DraftSource, nextn_layers: int) -> bool:
-    """Whether an engine loads its target's MTP head to draft with: asked for (mtp), or auto's
-    model drafter where no EAGLE drafter was named (one found next to the target still wins)."""
-    if nextn_layers < 1 or draft is False and draft_source != "mtp":
+def loads_mtp(draft: Any, draft_source: DraftSource, *, usable: bool, eagle_beside: bool) -> bool:
+    """Whether an engine loads its target's MTP head to draft with (usable: the header says
+    it can draft): asked for (mtp), or auto's model drafter where no EAGLE drafter was named
+    and none lies next to the target (eagle_beside: one does, and is preferred)."""
+    if not usable:
         return False
-    return draft_source == "mtp" or (draft_source == "auto" and draft is None)
+    if draft_source == "mtp":
+        return True
+    return draft_source == "auto" and draft is None and not eagle_beside
 
 
 def no_drafter_note(draft: Any, draft_source: DraftSource) -> str:

@@ -447,13 +447,24 @@ class NativeContext:
     # size_t llama_state_get_data(llama_context * ctx, uint8_t * dst, size_t size)
     # size_t llama_state_seq_get_size(llama_context * ctx, llama_seq_id seq_id)
     # size_t llama_state_seq_get_data(ctx, uint8_t * dst, size_t size, llama_seq_id seq_id)
-    def state_get(self, seq: int | None = None) -> np.ndarray:
-        """The memory of every sequence (None) or of one sequence, as bytes (a copy)."""
+    # partial: the _ext forms with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, one sequence's recurrent
+    # state alone (a hybrid's attention cells stay; a pure recurrent memory ignores the flag)
+    def state_get(self, seq: int | None = None, *, partial: bool = False) -> np.ndarray:
+        """The memory of every sequence (None) or of one sequence, as bytes (a copy);
+        partial: that sequence's recurrent state only (a checkpoint)."""
         ptr = self.ptr
-        size = C.llama_state_get_size(ptr) if seq is None else C.llama_state_seq_get_size(ptr, seq)
+        if partial:
+            assert seq is not None, "a recurrent checkpoint is of one sequence"
+            size = C.llama_state_seq_get_size_ext(ptr, seq, PARTIAL_ONLY)
+        elif seq is None:
+            size = C.llama_state_get_size(ptr)
+        else:
+            size = C.llama_state_seq_get_size(ptr, seq)
         buf = np.empty(size, dtype=np.uint8)
         dst = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-        if seq is None:
+        if partial:
+            n = C.llama_state_seq_get_data_ext(ptr, dst, size, seq, PARTIAL_ONLY)
+        elif seq is None:
             n = C.llama_state_get_data(ptr, dst, size)
         else:
             n = C.llama_state_seq_get_data(ptr, dst, size, seq)
@@ -463,38 +474,21 @@ class NativeContext:
 
     # size_t llama_state_set_data(llama_context * ctx, const uint8_t * src, size_t size)
     # size_t llama_state_seq_set_data(ctx, const uint8_t * src, size_t size, llama_seq_id dest)
-    def state_set(self, data: np.ndarray, seq: int | None = None) -> bool:
-        """Replace the memory of every sequence (None) or of one with bytes state_get gave;
-        False when llama.cpp refuses them (it never reads past len(data))."""
+    def state_set(self, data: np.ndarray, seq: int | None = None, *, partial: bool = False) -> bool:
+        """Replace the memory of every sequence (None) or of one with bytes state_get gave
+        (partial: a checkpoint of its recurrent state); False when llama.cpp refuses them (it
+        never reads past len(data))."""
         data = np.ascontiguousarray(data, dtype=np.uint8)
         src = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         clear_log()
-        if seq is None:
+        if partial:
+            assert seq is not None, "a recurrent checkpoint is of one sequence"
+            n = C.llama_state_seq_set_data_ext(self.ptr, src, data.size, seq, PARTIAL_ONLY)
+        elif seq is None:
             n = C.llama_state_set_data(self.ptr, src, data.size)
         else:
             n = C.llama_state_seq_set_data(self.ptr, src, data.size, seq)
         return bool(n == data.size)
-
-    # the _ext forms with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: only the recurrent part of a
-    # hybrid memory (a pure recurrent one ignores the flag: its state is all there is)
-    def recurrent_state_get(self, seq: int = 0) -> np.ndarray:
-        """A copy of one sequence's recurrent state (not its attention cells), as bytes."""
-        flags = PARTIAL_ONLY
-        size = C.llama_state_seq_get_size_ext(self.ptr, seq, flags)
-        buf = np.empty(size, dtype=np.uint8)
-        dst = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-        if C.llama_state_seq_get_data_ext(self.ptr, dst, size, seq, flags) != size:
-            raise GenerationError(f"llama.cpp could not copy its recurrent state ({last_errors()})")
-        return buf
-
-    def recurrent_state_set(self, data: np.ndarray, seq: int = 0) -> None:
-        """Put back a recurrent state recurrent_state_get gave (the attention cells stay)."""
-        src = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-        clear_log()
-        if C.llama_state_seq_set_data_ext(self.ptr, src, data.size, seq, PARTIAL_ONLY) != data.size:
-            raise GenerationError(
-                f"llama.cpp refused a recurrent state checkpoint ({last_errors() or 'no detail'})"
-            )
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

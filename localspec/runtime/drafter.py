@@ -53,6 +53,8 @@ class DrafterState:
 class Drafter:
     """A loaded drafter bound to its target's context (it may borrow embeddings and head)."""
 
+    kind = "eagle"  # what drafts (the statistics' source name): "mtp" for a target's own head
+
     def __init__(
         self,
         spec: DrafterSpec,

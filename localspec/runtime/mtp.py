@@ -78,6 +78,8 @@ class MtpDrafter(Drafter):
     """The target's MTP block in its own llama.cpp context (the model is the target's, loaded
     with its MTP blocks: Target(load_mtp=True))."""
 
+    kind = "mtp"
+
     def __init__(
         self,
         target: Target,

@@ -9,14 +9,15 @@ order plain decoding would have (see ``commit_tree``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import native as N
-from ..errors import ContextFullError, SessionStateError, UnsupportedModelError
+from ..errors import ContextFullError, GenerationError, SessionStateError, UnsupportedModelError
 from ..native.header_checks import check_header
 from ..options import RuntimeOptions
 from .rollback import ROLLBACK_ARCHS, Rollback, RollbackGuard, plan_rollback
@@ -264,7 +265,7 @@ class Target:
         # from a checkpoint that keep() puts back if drafts are rejected
         self._checkpoint = None
         if self.rollback.checkpoint and all_logits and n > 1:
-            self._checkpoint = (self.n, self.ctx.recurrent_state_get(0))
+            self._checkpoint = (self.n, self.ctx.state_get(0, partial=True))
         self.ctx.decode(b, "target batch")
         self._guard.decoded(n)
         self.tokens.extend(int(t) for t in tokens)
@@ -323,30 +324,35 @@ class Target:
         assert self._checkpoint is not None
         at, state = self._checkpoint
         self._checkpoint = None
-        self.ctx.recurrent_state_set(state, 0)
+        if not self.ctx.state_set(state, 0, partial=True):
+            detail = N.last_errors() or "no detail"
+            self._rebuild(n)  # never a wrong state: the history decoded again
+            raise GenerationError(f"llama.cpp refused a recurrent state checkpoint ({detail})")
         self.ctx.seq_rm(at)  # the verify's attention cells (the recurrent part is back at at)
         replay = self.tokens[at:n]
         del self.tokens[at:]
-        if replay:  # taps off: nobody reads them (the verify's were read before the cut)
-            active = self.taps_active
-            self.set_taps_active(False)
-            try:
+        if replay:
+            with self._untapped():  # nobody reads them (the verify's were read before the cut)
                 self.decode(replay, all_logits=False)
-            finally:
-                self.set_taps_active(active)
+
+    @contextmanager
+    def _untapped(self) -> Iterator[None]:
+        """Decodes with the taps off, as they were after."""
+        active = self.taps_active
+        self.set_taps_active(False)
+        try:
+            yield
+        finally:
+            self.set_taps_active(active)
 
     def _rebuild(self, n: int) -> None:
         """A recurrent state its snapshots cannot cut back to n: decoded again from the
         history's first n tokens (taps off: no drafter reads them)."""
         history = self.tokens[:n]
-        active = self.taps_active
-        self.set_taps_active(False)
-        self.clear()
-        try:
+        with self._untapped():
+            self.clear()
             for a in range(0, len(history), self.n_batch):
                 self.decode(history[a : a + self.n_batch], all_logits=False)
-        finally:
-            self.set_taps_active(active)
 
     def reusable(self, tokens: Sequence[int]) -> int:
         """How many leading positions of the cache a prompt of these tokens can keep: the

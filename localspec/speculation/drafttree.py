@@ -14,7 +14,6 @@ import numpy as np
 from .tree import MAX_TOP_K
 
 EAGLE = "eagle"
-MTP_SOURCE = "mtp"  # a target's own MTP head, drafting in the model drafter's place
 NGRAM = "ngram"
 RANKS = MAX_TOP_K  # ranks 0..7 are told apart; RANKS means "not among the drafter's best 8"
 

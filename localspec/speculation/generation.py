@@ -66,8 +66,11 @@ class Generation:
         self.text = TextStream(stops)
         self.mode = mode
         self.recalibrate = recalibrate
-        model = parts.state.eagle.name if parts.state.eagle is not None else EAGLE
-        self.stats = Stats(prompt_tokens=len(tokens), generations=1, mode=mode.label(model))
+        # the model drafter's source name: "eagle", or "mtp" for a target's own head
+        self.model_source = parts.state.eagle.name if parts.state.eagle is not None else EAGLE
+        self.stats = Stats(
+            prompt_tokens=len(tokens), generations=1, mode=mode.label(self.model_source)
+        )
         self.last = -1  # the chosen token not yet decoded by the target
         self._explained = -EXPLAIN_EVERY  # the step auto's reason was last refreshed at
 
@@ -170,7 +173,7 @@ class Generation:
         offer = proposal.offer if proposal is not None else None
         # plan: what to draft, then the lookup's proposal and how an EAGLE chain draws
         planned = sched.plan(budget, state.free_cells(), offer)
-        t_plan = probe.now()[1] - c0  # looking up and planning, on the cost clock
+        t_plan = probe.clock() - c0  # looking up and planning, on the cost clock
         # a fixed EAGLE chain that samples draws its drafts from the drafter's q
         q = planned.eagle is not None and self.mode.rejection_sampling and not self.sp.greedy
         plan = replace(
@@ -217,8 +220,7 @@ class Generation:
         if plan.eagle is not None:
             stats.t_eagle += wall.get("flush", 0.0) + wall.get("draft", 0.0)
             stats.t_eagle_native += wall.get("eagle_native", 0.0)
-            name = self.parts.state.eagle.name if self.parts.state.eagle else EAGLE
-            stats.eagle_positions += sum(name in s for s in tree.sources)
+            stats.eagle_positions += sum(self.model_source in s for s in tree.sources)
         stats.record_step(len(tree), len(out.path), plan.label, tree.depth)
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:

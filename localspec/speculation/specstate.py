@@ -23,9 +23,8 @@ from ..auto.calibration import Calibration, calibrate, stored
 from ..errors import SessionStateError
 from ..options import RuntimeOptions
 from ..runtime.drafter import Drafter, DrafterState
-from ..runtime.mtp import MTP
 from ..runtime.target import Target, TargetState
-from .drafttree import EAGLE, MTP_SOURCE, DraftTree, merge
+from .drafttree import DraftTree, merge
 from .plan import StepPlan
 from .probe import Probe
 from .sources.eagle import EagleSource
@@ -35,17 +34,12 @@ from .verify import Outcome
 RESTART_AFTER = 64  # auto: missing drafter pairs the target re-decodes rather than restart it
 
 
-def model_source(drafter: Drafter | None) -> str:
-    """How a model drafter's drafts are labelled: "mtp" for a target's own MTP head, else
-    "eagle" (the label the statistics, the chat's tint and the server's fields use)."""
-    return MTP_SOURCE if drafter is not None and drafter.spec.variant == MTP else EAGLE
-
-
 class SpecState:
     def __init__(self, target: Target, drafter: Drafter | None, probe: Probe) -> None:
         self.target = target
         self.drafter = drafter
-        self.eagle = EagleSource(drafter, model_source(drafter)) if drafter is not None else None
+        # the model drafter's drafts are labelled with its kind: "eagle", or "mtp"
+        self.eagle = EagleSource(drafter, drafter.kind) if drafter is not None else None
         self.ngram = NGramSource()
         self.probe = probe
         self.indexing = False  # the n-gram index follows this call's stream
@@ -163,11 +157,11 @@ class SpecState:
         """Keep last and the accepted path as history; feed the drafter and the index."""
         tgt, m = self.target, len(out.path)
         emitted = out.emitted(tree)
-        rows = [0] + [i + 1 for i in out.path]
         # the verify's taps, read before the cut: a recurrent state without snapshots is cut
         # back by decoding again, which replaces them
         taps = None
         if self.fed:
+            rows = [0] + [i + 1 for i in out.path]
             with self.probe.span("feed"):
                 taps = tgt.read_taps(rows[-1] + 1)
         if tree.is_chain:

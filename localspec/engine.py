@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import native as N
+from .auto.calibration import snapshot_policy
 from .auto.scheduler import Scheduler
 from .errors import (
     ContextFullError,
@@ -50,6 +51,7 @@ from .runtime.drafter import Drafter
 from .runtime.drafter_spec import DrafterSpec
 from .runtime.mtp import MtpDrafter, mtp_blocks
 from .runtime.parts import Parts
+from .runtime.rollback import ROLLBACK_MODES
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
 from .speculation.mode import Mode
@@ -111,7 +113,7 @@ def load(
 ) -> Engine:
     """Load a GGUF target and pair it with a drafter; options are Engine's (n_draft, tree,
     draft_source, n_gpu_layers, n_threads, n_ctx, n_batch, draft_batch, kv_type, flash_attn,
-    draft_window, recalibrate).
+    draft_window, recalibrate, rollback).
 
     draft: an EAGLE-3 drafter's path; None finds ``NAME.eagle3.gguf`` (or a drafter recorded
     for this target) next to the target; False loads none. draft_source: where drafts come
@@ -126,7 +128,11 @@ def load(
     tree; an integer fixes a chain of that length (0: plain), from the EAGLE drafter (or the
     n-gram index with draft_source="ngram"). tree: a fixed EAGLE TreeShape (or
     "DEPTH,TOP_K,BUDGET") instead. recalibrate: time this machine again for auto instead of
-    using the stored calibration.
+    using the stored calibration. rollback: how a hybrid target's recurrent state is cut back
+    after rejected drafts: "auto" (default: llama.cpp's per-token snapshots, unless, under
+    draft_source="auto", they cost a plain step here more than 2%, timed once and stored;
+    then a checkpoint copied before each verify, which costs only the steps that draft),
+    "snapshots" or "checkpoint".
     """
     return Engine(target, draft, **options)
 
@@ -151,8 +157,14 @@ class Engine:
         flash_attn: bool | str | None = None,
         draft_window: int | None = None,
         recalibrate: bool = False,
+        rollback: str = "auto",
     ) -> None:
         self._n_draft = check_n_draft(n_draft)
+        if rollback not in ROLLBACK_MODES:
+            raise InvalidParameterError(
+                f"rollback must be one of {', '.join(ROLLBACK_MODES)}, got {rollback!r}",
+                parameter="rollback",
+            )
         self._tree = check_tree(tree)
         self._source = check_draft_source(draft_source)
         self._rt = RuntimeOptions(
@@ -219,13 +231,19 @@ class Engine:
             and eagle_beside(target_path),
         )
         # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
-        # they cost every decode a few percent (benchmarks/bench_rollback.py)
+        # they cost every decode (benchmarks/bench_rollback.py). Under auto they are kept only
+        # where they cost a plain step little here (timed once per machine and file); else,
+        # and with rollback="checkpoint", a checkpoint is copied before each verify instead.
         self._target = Target(
             target_path,
             self._rt,
             tree_nodes=self._max_tree,
-            rollback=self._source != "none",
+            rollback=self._source != "none"
+            and ("checkpoint" if rollback == "checkpoint" else True),
             load_mtp=mtp,
+            snapshot_policy=snapshot_policy(target_path, self._rt, recalibrate=bool(recalibrate))
+            if rollback == "auto" and self._source == "auto"
+            else None,
         )
         try:
             passed = ""

@@ -27,6 +27,7 @@ import numpy as np
 from ..options import RuntimeOptions
 from ..runtime.clocks import Clock
 from ..runtime.drafter import Drafter
+from ..runtime.rollback import Rollback, SnapshotTax, measure_snapshot_tax, with_checkpoints
 from ..runtime.target import Target
 from .costmodel import CALIBRATION_REPS as REPS
 from .costmodel import MAX_DEPTH, CostModel, ReadyCosts, VerifyCurve
@@ -393,18 +394,26 @@ def load(key: dict[str, Any]) -> Calibration | None:
 
 def save(key: dict[str, Any], cal: Calibration) -> None:
     """Store a calibration atomically; a cache folder that cannot be written is not an error."""
+    _save_json(
+        key,
+        {
+            "verify": cal.verify,
+            "expand": cal.expand,
+            "flush": cal.flush,
+            "ready": asdict(cal.ready) if cal.ready is not None else None,
+            # timed on a busy machine: provisional, used until the machine is quiet to time
+            # again
+            "quiet": cal.quiet,
+            "threads": cal.threads,
+        },
+    )
+
+
+def _save_json(key: dict[str, Any], fields: dict[str, Any]) -> None:
+    """key and fields (and the time) in the key's file, atomically; a cache folder that
+    cannot be written is not an error."""
     path = _path_for(key)
-    data = {
-        "key": key,
-        "created": time.time(),
-        "verify": cal.verify,
-        "expand": cal.expand,
-        "flush": cal.flush,
-        "ready": asdict(cal.ready) if cal.ready is not None else None,
-        # timed on a busy machine: provisional, used until the machine is quiet to time again
-        "quiet": cal.quiet,
-        "threads": cal.threads,
-    }
+    data = {"key": key, "created": time.time(), **fields}
     tmp = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -477,3 +486,51 @@ def calibrate(
     # does not time the machine again while it is still busy
     save(key, cal)
     return cal
+
+
+# --- snapshots or checkpoints for a hybrid target ----------------------------------------------
+
+
+def snapshot_policy(
+    path: str, rt: RuntimeOptions, *, recalibrate: bool = False
+) -> Callable[[Any, Rollback], Rollback]:
+    """For Target(snapshot_policy=...): what n_rs_seq snapshots cost this target here (timed
+    once and stored like a calibration, keyed by the file, the machine and how it runs), and
+    auto's choice between them and a checkpoint per drafting step (rollback.with_checkpoints)."""
+
+    def choose(model: Any, plan: Rollback) -> Rollback:
+        from ..native import INSTALLED_LLAMA_CPP_PYTHON
+
+        key = {
+            "format": FORMAT,
+            "kind": "snapshot-tax",
+            "machine": {"host": platform.node(), "cpu": _cpu_name(), "cpus": os.cpu_count()},
+            "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,
+            "target": _file_identity(path),
+            "runtime": asdict(rt),
+            "n_rs_seq": plan.n_rs_seq,
+        }
+        tax = None if recalibrate else _load_tax(key)
+        if tax is None:
+            tax = measure_snapshot_tax(
+                model,
+                plan.n_rs_seq,
+                n_threads=rt.threads,
+                kv_type=rt.kv_type,
+                flash_attn=rt.flash_attn,
+            )
+            _save_json(key, {"tax": asdict(tax)})
+        return with_checkpoints(plan, tax)
+
+    return choose
+
+
+def _load_tax(key: dict[str, Any]) -> SnapshotTax | None:
+    try:
+        with open(_path_for(key), encoding="utf-8") as fh:
+            data = json.load(fh)
+        if data["key"] != key or time.time() - float(data["created"]) > MAX_AGE_S:
+            return None
+        return SnapshotTax(**data["tax"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -14,7 +14,7 @@ from .. import native as N
 from ..options import RuntimeOptions
 from ..runtime.drafter_spec import DrafterSpec
 from ..runtime.mtp import mtp_blocks
-from ..runtime.rollback import CHECKPOINT_DRAFT, plan_rollback, size_text
+from ..runtime.rollback import CHECKPOINT_DRAFT, SNAPSHOT_TAX, plan_rollback, size_text
 from ..runtime.taps import GRAPH, STAGING, route_for
 from . import gguf_keys as K
 
@@ -147,7 +147,9 @@ def format_info(info: dict[str, Any]) -> str:
                 f"  recurrent     hybrid: its state is cut back after rejected drafts by "
                 f"{r['snapshots']} snapshots ({size_text(r['snapshot_bytes'])}, "
                 f"{size_text(r['row_bytes'])} each){lowered}; chains of at most "
-                f"{r['snapshots']} tokens"
+                f"{r['snapshots']} tokens; under auto they are timed once here, and where "
+                f"they cost a plain step over {SNAPSHOT_TAX:.0%} each draft is verified from a "
+                "checkpoint instead"
             )
         elif r is not None and r.get("checkpoint"):
             lines.append(

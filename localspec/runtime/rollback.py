@@ -175,3 +175,103 @@ class RollbackGuard:
 
     def cut(self) -> None:
         self._last = 0  # a second cut must wait for the next decode
+
+
+# --- what the snapshots cost each step ----------------------------------------------------------
+
+ROLLBACK_MODES = ("auto", "snapshots", "checkpoint")
+# Auto keeps snapshots only where they cost a plain step at most this share: they are paid on
+# every decode, drafted or not, while a checkpoint costs only the steps that draft (a copy of
+# the state, and a replay after rejections), which auto's cost model sees and prices.
+SNAPSHOT_TAX = 0.02
+TAX_CONTEXT = 32  # tokens decoded before the timed steps
+TAX_BLOCK = 4  # one-token decodes per timed block
+TAX_ROUNDS = (3, 41)  # rounds of blocks: at least, at most
+TAX_BUDGET_S = 1.0  # no further round once the timing took this long (after the least)
+
+
+@dataclass(frozen=True)
+class SnapshotTax:
+    """What keeping n_rs_seq snapshots costs, measured here: a one-token decode (a plain step)
+    and a verify of n_rs_seq + 1 rows, with snapshots against without, as ratios minus one
+    (medians of interleaved rounds)."""
+
+    n_rs_seq: int
+    step: float
+    verify: float
+    rounds: int
+
+    def text(self) -> str:
+        return (
+            f"{self.n_rs_seq} snapshots cost a plain step {self.step:+.1%} and a verify of "
+            f"{self.n_rs_seq + 1} tokens {self.verify:+.1%} (measured here)"
+        )
+
+
+def measure_snapshot_tax(
+    model: Any, n_rs_seq: int, *, n_threads: int, kv_type: str, flash_attn: bool | None
+) -> SnapshotTax:
+    """Time one-token decodes and verifies of n_rs_seq + 1 rows in two short contexts of the
+    model, one keeping n_rs_seq snapshots and one none, interleaved (the order alternates each
+    round, so a burst of other work falls on both); a few rounds, bounded in time."""
+    from time import perf_counter
+
+    from .. import native as N
+
+    n_batch = max(n_rs_seq + 2, TAX_BLOCK + 1)
+    n_ctx = TAX_CONTEXT + (n_rs_seq + 2) + TAX_ROUNDS[1] * (TAX_BLOCK + n_rs_seq + 1)
+    args = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, kv_type=kv_type)
+    ctxs = [
+        N.NativeContext(model, **args, flash_attn=flash_attn, n_rs_seq=n)  # type: ignore[arg-type]
+        for n in (0, n_rs_seq)
+    ]
+    try:
+        batch = N.Batch(n_batch)
+        ids = [(7 + 13 * i) % model.n_vocab for i in range(n_ctx)]
+        pos = [0, 0]
+
+        def decode(c: int, rows: int) -> float:
+            """rows tokens in one decode (every row's logits, as a verify, when several)."""
+            batch.token[:rows] = ids[pos[c] : pos[c] + rows]
+            batch.set(rows, pos[c], all_logits=rows > 1)
+            t0 = perf_counter()
+            ctxs[c].decode(batch, "snapshot cost timing")
+            pos[c] += rows
+            return perf_counter() - t0
+
+        for c in (0, 1):  # the context, and a warm-up of both sizes
+            for a in range(0, TAX_CONTEXT, n_batch):
+                decode(c, min(n_batch, TAX_CONTEXT - a))
+            decode(c, 1)
+            decode(c, n_rs_seq + 1)
+        steps: list[float] = []
+        verifies: list[float] = []
+        start = perf_counter()
+        r = 0
+        while r < TAX_ROUNDS[1] and (r < TAX_ROUNDS[0] or perf_counter() - start < TAX_BUDGET_S):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            t = {c: sum(decode(c, 1) for _ in range(TAX_BLOCK)) for c in order}
+            v = {c: decode(c, n_rs_seq + 1) for c in order}
+            steps.append(t[1] / t[0])
+            verifies.append(v[1] / v[0])
+            r += 1
+    finally:
+        for ctx in ctxs:
+            ctx.close()
+    from statistics import median
+
+    return SnapshotTax(n_rs_seq, median(steps) - 1.0, median(verifies) - 1.0, r)
+
+
+def with_checkpoints(plan: Rollback, tax: SnapshotTax) -> Rollback:
+    """Auto's choice: the snapshots planned, or a checkpoint per drafting step where the
+    snapshots would cost every plain step more than SNAPSHOT_TAX."""
+    if plan.n_rs_seq < 1 or tax.step <= SNAPSHOT_TAX:
+        return plan
+    return Rollback(
+        0,
+        plan.row_bytes,
+        lowered=f"{tax.text()}: above {SNAPSHOT_TAX:.0%}, so each draft is verified from a "
+        "checkpoint instead",
+        checkpoint=True,
+    )

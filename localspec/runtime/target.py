@@ -9,7 +9,7 @@ order plain decoding would have (see ``commit_tree``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -45,16 +45,20 @@ class Target:
         tree_nodes: int = 0,
         tap_route: str | None = None,
         unified_kv: bool = False,
-        rollback: bool = True,
+        rollback: bool | str = True,
         load_mtp: bool = False,
+        snapshot_policy: Callable[[Any, Rollback], Rollback] | None = None,
     ) -> None:
         """n_seq > 1: independent sequences, each in its own KV stream (training data);
         tree_nodes > 0: draft trees of up to that many nodes can be verified; tap_route: force
         taps.GRAPH on an architecture the staging API serves too (to compare the two);
         unified_kv: the sequences share one KV stream, so rows of several fill one ubatch
         (a prefill of many short texts); rollback: a recurrent state keeps snapshots to cut it
-        back after rejected drafts (False: plain decoding only, which they would slow);
-        load_mtp: load the file's MTP (nextn) blocks too, for an MTP drafter."""
+        back after rejected drafts (False: plain decoding only, which they would slow;
+        "checkpoint": a checkpoint before each verify instead, as where llama.cpp keeps none);
+        load_mtp: load the file's MTP (nextn) blocks too, for an MTP drafter;
+        snapshot_policy: may swap the snapshots planned for checkpoints (auto's choice from
+        what they cost here: calibration.snapshot_policy)."""
         rt = rt.checked()
         self.path = path
         self.header = N.GGUFHeader(path)
@@ -98,6 +102,19 @@ class Target:
                 n_batch=rt.n_batch,
                 weights_bytes=self.model.size_bytes,
             )
+            if rollback == "checkpoint" and self.rollback.n_rs_seq:
+                self.rollback = Rollback(
+                    0,
+                    self.rollback.row_bytes,
+                    lowered="checkpoints asked for instead of snapshots",
+                    checkpoint=True,
+                )
+            elif snapshot_policy is not None and self.rollback.n_rs_seq:
+                try:
+                    self.rollback = snapshot_policy(self.model, self.rollback)
+                except BaseException:
+                    self.model.close()
+                    raise
         asked = rt.n_ctx or trained_ctx or 4096
         self._ctx_args: dict[str, Any] = {
             "n_ctx": asked,

@@ -6,6 +6,7 @@ wrong. Tiny qwen35 (gated delta nets) and lfm2 (short convolutions) targets, wri
 from __future__ import annotations
 
 import collections
+import os
 import re
 
 import numpy as np
@@ -21,9 +22,15 @@ from localspec.options import RuntimeOptions
 from localspec.runtime.rollback import (
     CHECKPOINT_DRAFT,
     DEFAULT_RS_SEQ,
+    SNAPSHOT_TAX,
+    TAX_ROUNDS,
+    Rollback,
     RollbackGuard,
+    SnapshotTax,
+    measure_snapshot_tax,
     plan_rollback,
     recurrent_row_bytes,
+    with_checkpoints,
 )
 from localspec.runtime.target import Target
 
@@ -31,6 +38,8 @@ from helpers import tinymodels as tm
 from helpers.greedy import assert_greedy_lossless
 
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
+# the snapshot path these tests are about (auto may choose checkpoints by what they cost here)
+SNAPSHOTS = {**EXACT, "rollback": "snapshots"}
 WRITERS = {
     "qwen35": tm.write_qwen35_target,
     "lfm2": tm.write_lfm2_target,
@@ -163,13 +172,18 @@ def test_cut_back_and_rebuilt_states_equal_a_fresh_one(hybrid) -> None:
         t.close()
 
 
+@pytest.mark.parametrize("rollback", ["snapshots", "checkpoint"])
 @pytest.mark.parametrize(("source", "k"), [("ngram", 4), ("ngram", "auto"), ("auto", "auto")])
-def test_ngram_drafts_on_a_hybrid_are_lossless_and_accepted(hybrid, source, k) -> None:
+def test_ngram_drafts_on_a_hybrid_are_lossless_and_accepted(hybrid, source, k, rollback) -> None:
     """Greedy output equals plain decoding replayed one token at a time (near-tie rule), with
-    drafts accepted and rejected (rollbacks of every length up to the snapshots) on the way."""
-    eng = localspec.load(hybrid, draft=False, **EXACT)
+    drafts accepted and rejected on the way: rollbacks of every length up to the snapshots, or
+    (rollback="checkpoint", auto's choice where snapshots cost a plain step too much) the
+    state put back from a checkpoint and the accepted tokens decoded again."""
+    eng = localspec.load(hybrid, draft=False, rollback=rollback, **EXACT)
     try:
         assert eng.drafting.can_draft and not eng.drafting.has_drafter
+        r = parts(eng).target.rollback
+        assert r.checkpoint == (rollback == "checkpoint") and (r.n_rs_seq > 0) != r.checkpoint
         prompt = "the cat sat on the mat; the cat sat on the hat; the dog"
         # the session's n-gram memory: the reply seen once (lfm2's text does not repeat itself)
         eng.complete(prompt, max_tokens=48, n_draft=2, draft_source="ngram")
@@ -183,7 +197,7 @@ def test_ngram_drafts_on_a_hybrid_are_lossless_and_accepted(hybrid, source, k) -
 
 
 def test_a_fixed_chain_longer_than_the_snapshots_is_cut_to_them(hybrid) -> None:
-    eng = localspec.load(hybrid, draft=False, **EXACT)
+    eng = localspec.load(hybrid, draft=False, **SNAPSHOTS)
     try:
         rs = parts(eng).target.max_draft
         assert rs is not None and 0 < rs <= DEFAULT_RS_SEQ
@@ -316,3 +330,70 @@ def test_an_eagle_drafter_on_a_recurrent_target_is_lossless(arch, tmp_path) -> N
             assert_greedy_lossless(eng, prompt, c)
         with pytest.raises(InvalidParameterError, match="does not fit this engine"):
             eng.complete(prompt, max_tokens=4, tree=(3, 2, 5))
+
+
+# --- snapshots or checkpoints: auto's choice from what the snapshots cost here -----------------
+
+
+def test_the_snapshots_cost_is_measured_with_and_without_them(tmp_path) -> None:
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    model = NativeModel(q, n_gpu_layers=0)
+    try:
+        tax = measure_snapshot_tax(model, 4, n_threads=2, kv_type="f32", flash_attn=False)
+    finally:
+        model.close()
+    assert tax.n_rs_seq == 4 and TAX_ROUNDS[0] <= tax.rounds <= TAX_ROUNDS[1]
+    # ratios of two positive times, minus one: finite, above -1
+    assert -1.0 < tax.step < 10.0 and -1.0 < tax.verify < 10.0
+    assert "4 snapshots cost a plain step" in tax.text()
+
+
+def test_auto_keeps_snapshots_only_where_they_cost_a_plain_step_little() -> None:
+    plan = Rollback(8, 1000)
+    assert with_checkpoints(plan, SnapshotTax(8, SNAPSHOT_TAX, 0.3, 5)) == plan
+    swapped = with_checkpoints(plan, SnapshotTax(8, 0.08, 0.01, 5))
+    assert swapped.checkpoint and swapped.n_rs_seq == 0 and swapped.row_bytes == 1000
+    assert swapped.max_draft == CHECKPOINT_DRAFT
+    assert "8 snapshots cost a plain step +8.0%" in swapped.lowered
+    assert "verified from a checkpoint" in swapped.lowered
+    none = Rollback(0, 0, why_not="x")
+    assert with_checkpoints(none, SnapshotTax(0, 1.0, 1.0, 3)) == none
+
+
+def test_auto_times_the_snapshots_once_per_file_and_machine(tmp_path, monkeypatch) -> None:
+    """The first auto load times them and stores the result beside the calibrations; a later
+    load reads it (no timing), and its choice follows the stored figure. Other draft sources
+    and an explicit rollback keep the snapshots without timing."""
+    from localspec.auto import calibration
+
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    timed = []
+    real = calibration.measure_snapshot_tax
+
+    def counting(*a, **k):
+        timed.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(calibration, "measure_snapshot_tax", counting)
+    with localspec.load(q, draft=False, **EXACT) as eng:
+        first = parts(eng).target.rollback
+    assert len(timed) == 1
+    stored = [f for f in os.listdir(calibration.cache_dir()) if f.endswith(".json")]
+    assert len(stored) == 1
+    with localspec.load(q, draft=False, **EXACT) as eng:
+        assert parts(eng).target.rollback == first
+    assert len(timed) == 1  # read back
+    for opts in ({"draft_source": "ngram"}, {"rollback": "snapshots"}):
+        with localspec.load(q, draft=False, **{**EXACT, **opts}) as eng:
+            r = parts(eng).target.rollback
+            assert r.n_rs_seq == 4 and not r.checkpoint
+    assert len(timed) == 1
+    with localspec.load(q, draft=False, recalibrate=True, **EXACT) as eng:
+        pass
+    assert len(timed) == 2
+
+
+def test_a_rollback_mode_that_does_not_exist_is_refused(tmp_path) -> None:
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    with pytest.raises(InvalidParameterError, match="rollback must be one of auto, snapshots"):
+        localspec.load(q, draft=False, rollback="sometimes", **EXACT)

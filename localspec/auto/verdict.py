@@ -144,16 +144,21 @@ def inconsistencies(auto: dict[str, Any]) -> list[str]:
 
 def break_even(cost_ratio: float, k: int) -> float | None:
     """The acceptance a per position at which 1 + a + ... + a^k equals cost_ratio (None when
-    even a = 1 falls short)."""
+    even a = 1 falls short). Newton's method on a^(k+1) - r a + r - 1 (the sum times 1 - a,
+    less r (1 - a)), which is convex and falls from r - 1 at a = 0 to the root sought:
+    started at 0, it climbs to it without passing it (a few steps; auto's reason solves this
+    for every chain length it quotes)."""
     if cost_ratio <= 1.0:
         return 0.0
     if k + 1 < cost_ratio:
         return None
-    lo, hi = 0.0, 1.0
-    for _ in range(30):
-        a = (lo + hi) / 2
-        if (1 - a ** (k + 1)) / (1 - a) < cost_ratio:
-            lo = a
-        else:
-            hi = a
-    return hi
+    a = 0.0
+    for _ in range(200):
+        slope = (k + 1) * a**k - cost_ratio
+        if slope >= 0.0:  # the minimum: a double root at 1 (cost_ratio = k + 1)
+            break
+        step = (a ** (k + 1) - cost_ratio * a + cost_ratio - 1.0) / slope
+        a -= step
+        if -1e-13 < step < 1e-13:
+            break
+    return min(a, 1.0)

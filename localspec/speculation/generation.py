@@ -72,7 +72,7 @@ class Generation:
             prompt_tokens=len(tokens), generations=1, mode=mode.label(self.model_source)
         )
         self.last = -1  # the chosen token not yet decoded by the target
-        self._explained = -EXPLAIN_EVERY  # the step auto's reason was last refreshed at
+        self._explained = 0  # the step auto's reason was last refreshed at (the end: always)
 
     def run(self) -> Generator[Event, None, None]:
         stats = self.stats

@@ -12,6 +12,7 @@ import pytest
 
 from localspec.errors import InvalidParameterError
 from localspec.speculation.sources.ngram_index import (
+    INDEXING,
     MAX_MATCH,
     SEPARATOR,
     Continuation,
@@ -93,25 +94,34 @@ def check_all(idx: NGramIndex, rng: random.Random, queries: int = 3) -> None:
         assert got == reference(t, idx.max_n, 8, branches, query)
 
 
+@pytest.mark.parametrize("indexing", INDEXING)
 @pytest.mark.parametrize("seed", range(24))
-def test_every_prefix_matches_reference(seed: int) -> None:
+def test_every_prefix_matches_reference(seed: int, indexing: str) -> None:
+    """The trie (eager), scans of the stream (never) and the two mixed (auto: chunks of 1-40
+    tokens, so some lookups scan and some catch the trie up) answer as the reference does."""
     rng = random.Random(seed)
     vocab = (2, 3, 5, 12)[seed % 4]
     max_n = (1, 2, 4, 8)[(seed // 4) % 4]
-    idx = NGramIndex(max_n=max_n)
-    stream = random_stream(rng, 90, vocab, seps=0.1 if seed % 2 else 0.0)
-    for x in stream:
-        idx.extend([x])
+    idx = NGramIndex(max_n=max_n, indexing=indexing)
+    stream = random_stream(
+        rng, 90 if indexing != "auto" else 400, vocab, seps=0.1 if seed % 2 else 0.0
+    )
+    i = 0
+    while i < len(stream):
+        step = 1 if indexing != "auto" else rng.choice((1, 2, 5, 40))
+        idx.extend(stream[i : i + step])
+        i += step
         check_all(idx, rng, queries=1)
     assert list(idx.tokens) == stream
 
 
-def test_long_stream_lookups_match_reference() -> None:
+@pytest.mark.parametrize("indexing", INDEXING)
+def test_long_stream_lookups_match_reference(indexing: str) -> None:
     """Matches beyond max_n (backward extension up to MAX_MATCH) and many followers."""
     rng = random.Random(7)
     base = [rng.randrange(1000) for _ in range(300)]  # no repeats of its own
     stream = base + base[:150] + random_stream(rng, 200, 4) + base[20:120]
-    idx = NGramIndex(max_n=4)
+    idx = NGramIndex(max_n=4, indexing=indexing)
     idx.extend(stream)
     got = idx.lookup(32, 3)
     assert got == reference(stream, 4, 32, 3)
@@ -120,11 +130,12 @@ def test_long_stream_lookups_match_reference() -> None:
         check_all(idx, rng)
 
 
+@pytest.mark.parametrize("indexing", ["eager", "auto"])
 @pytest.mark.parametrize("seed", range(12))
-def test_truncate_then_extend_equals_fresh(seed: int) -> None:
+def test_truncate_then_extend_equals_fresh(seed: int, indexing: str) -> None:
     rng = random.Random(100 + seed)
     max_n = (2, 3, 8)[seed % 3]
-    idx = NGramIndex(max_n=max_n)
+    idx = NGramIndex(max_n=max_n, indexing=indexing)
     seps = 0.1 if seed % 2 else 0.0
     stream = random_stream(rng, 150, (2, 4, 9)[seed % 3], seps)
     idx.extend(stream)
@@ -133,7 +144,10 @@ def test_truncate_then_extend_equals_fresh(seed: int) -> None:
         idx.truncate(cut)  # undone append by append, or rebuilt when the cut is deep
         stream = stream[:cut] + random_stream(rng, rng.randint(0, 60), 5, seps)
         idx.extend(stream[cut:])
-        fresh = NGramIndex(max_n=max_n)
+        if indexing == "auto":  # cut inside the trie or past it, then a lookup or two
+            check_all(idx, rng)
+            idx.catch_up()
+        fresh = NGramIndex(max_n=max_n, indexing="eager")
         fresh.extend(stream)
         assert list(idx.tokens) == stream
         # undo restores the exact state, not just equal answers
@@ -149,11 +163,11 @@ def test_truncate_then_extend_equals_fresh(seed: int) -> None:
 def test_truncate_one_at_a_time_to_empty(seed: int) -> None:
     rng = random.Random(seed)
     stream = random_stream(rng, 120, 3, seps=0.15 if seed % 2 else 0.0)
-    idx = NGramIndex(max_n=5)
+    idx = NGramIndex(max_n=5, indexing="eager")
     idx.extend(stream)
     for n in range(len(stream) - 1, -1, -1):
         idx.truncate(n)
-        fresh = NGramIndex(max_n=5)
+        fresh = NGramIndex(max_n=5, indexing="eager")
         fresh.extend(stream[:n])
         assert idx._d == fresh._d and idx._undo == fresh._undo
         assert idx.lookup(6, 3) == reference(stream[:n], 5, 6, 3)
@@ -166,7 +180,7 @@ def test_truncate_one_at_a_time_to_empty(seed: int) -> None:
 @pytest.mark.parametrize("capacity", [1, 7, 40, 64])
 def test_capacity_keeps_the_newest_tail(capacity: int) -> None:
     rng = random.Random(capacity)
-    idx = NGramIndex(max_n=4, capacity=capacity)
+    idx = NGramIndex(max_n=4, capacity=capacity, indexing="eager")
     stream: list[int] = []
     for _ in range(25):
         chunk = random_stream(rng, rng.randint(1, 30), 4, seps=0.05)
@@ -176,7 +190,7 @@ def test_capacity_keeps_the_newest_tail(capacity: int) -> None:
         assert 0 < len(kept) <= capacity
         assert kept == stream[len(stream) - len(kept) :]
         assert len(kept) >= min(len(stream), capacity // 2)  # drops no more than half
-        fresh = NGramIndex(max_n=4)
+        fresh = NGramIndex(max_n=4, indexing="eager")
         fresh.extend(kept)
         assert idx._d == fresh._d
         check_all(idx, rng)
@@ -270,8 +284,8 @@ def test_session_store_keeps_a_quarter_and_evicts() -> None:
 
 def test_nbytes_grows_and_is_bounded() -> None:
     rng = random.Random(5)
-    idx = NGramIndex(max_n=8)
-    capped = NGramIndex(max_n=8, capacity=2000)
+    idx = NGramIndex(max_n=8, indexing="eager")
+    capped = NGramIndex(max_n=8, capacity=2000, indexing="eager")
     sizes, capped_sizes = [], []
     for _ in range(10):
         chunk = random_stream(rng, 1000, 500)
@@ -284,15 +298,17 @@ def test_nbytes_grows_and_is_bounded() -> None:
     assert len(capped) <= 2000
 
 
-def test_nbytes_is_honest() -> None:
-    """nbytes against what tracemalloc sees the index allocate."""
+@pytest.mark.parametrize("indexing", ["eager", "auto"])
+def test_nbytes_is_honest(indexing: str) -> None:
+    """nbytes against what tracemalloc sees the index allocate (auto: the stream waits for a
+    lookup to catch the trie up)."""
     rng = random.Random(9)
     for vocab in (50, 5000):
         stream = random_stream(rng, 4000, vocab)
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            idx = NGramIndex()
+            idx = NGramIndex(indexing=indexing)
             idx.extend(stream)
             held = tracemalloc.get_traced_memory()[0] - before
         finally:
@@ -307,6 +323,8 @@ def test_bad_arguments() -> None:
         NGramIndex(max_n=MAX_MATCH + 1)
     with pytest.raises(InvalidParameterError):
         NGramIndex(capacity=0)
+    with pytest.raises(InvalidParameterError, match="indexing must be one of"):
+        NGramIndex(indexing="lazy")
     idx = NGramIndex()
     with pytest.raises(InvalidParameterError):
         idx.extend([1, -2])

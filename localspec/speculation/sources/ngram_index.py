@@ -48,6 +48,15 @@ many transitions), no follower counts or latest occurrence without walking its s
 on every append (O(depth), not O(max_n)), and a dict per state. (c) is tiny and appends for
 free but every lookup scans the stream: O(stream), ~60-100 us at 32k and growing.
 
+Tokens join the trie lazily (indexing="auto"): extend() only appends them to the stream, and
+a lookup either scans the stream (numpy finds the query's last token; its occurrences are
+narrowed one token back at a time: 30-120 us whatever is waiting) or first indexes what waits
+and reads the trie, whichever is cheaper counting the scans since the trie last caught up (rent
+or buy: never more than twice the cheaper). A prompt of a few thousand tokens then costs its
+first lookups a scan each instead of 2-5 us a token before the first step, and a call whose
+lookups rest (auto, nothing paying) never indexes its prompt at all. Both ways give the same
+answers (tests/speculation/test_ngram.py checks both against a brute-force reference).
+
 max_n = 8. llama.cpp's lookup uses n-grams of 1..4; in code, short n-grams recur with several
 followers ("self.", "return ", indentation), and the longest match picks the occurrence whose
 follower is drafted. Drafting 32 tokens at every position of the benchmark stream, the tokens
@@ -79,6 +88,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+import numpy as np
+
 from ...errors import InvalidParameterError
 
 MAX_MATCH = 64  # longest match length reported (the backward comparison stops there)
@@ -86,6 +97,13 @@ SEPARATOR = -1  # the one negative token: ends a context; never matched, never d
 TOKEN_BITS = 24  # each token is one digit of an n-gram's key (ids 0 .. 2**24 - 2)
 TOKEN_LIMIT = (1 << TOKEN_BITS) - 1
 DEFAULT_MAX_N = 8
+INDEXING = ("auto", "eager", "never")
+# What a lookup costs by scanning (fixed, and per token of the stream) and what indexing a
+# token costs, in microseconds; only their ratios matter. Measured on this 2-core machine
+# (CPython 3.11, numpy 2; the stream of benchmarks/bench_ngram_index.py, 300-16k tokens): a
+# scan 32 us at 300-500 tokens, 66-116 us at 8-16k (p90 52-210); indexing 2.3-5 us a token.
+SCAN_FIXED, SCAN_PER_TOKEN, INDEX_PER_TOKEN = 30.0, 0.006, 4.0
+SCAN_FEW = 48  # occurrences narrowed in Python below this many (numpy above)
 
 # A follower is packed into one int: count << 32 | position (the latest n-gram end it
 # followed), so max() of packed values orders by count, ties by most recent.
@@ -151,7 +169,14 @@ class NGramIndex:
     afresh), so positions restart from the kept tail.
     """
 
-    def __init__(self, *, max_n: int = DEFAULT_MAX_N, capacity: int | None = None) -> None:
+    def __init__(
+        self, *, max_n: int = DEFAULT_MAX_N, capacity: int | None = None, indexing: str = "auto"
+    ) -> None:
+        """indexing: "auto" (tokens join the trie when a lookup comes where that is cheaper
+        than scanning the stream again: see lookup), "eager" (at once, as they arrive) or
+        "never" (every lookup scans; for tests and benchmarks)."""
+        if indexing not in INDEXING:
+            raise InvalidParameterError(f"indexing must be one of {', '.join(INDEXING)}")
         if not 1 <= max_n <= MAX_MATCH:
             raise InvalidParameterError(f"max_n must be in 1..{MAX_MATCH}, got {max_n}")
         if capacity is not None and capacity < 1:
@@ -172,6 +197,11 @@ class NGramIndex:
         self._kids = 0  # followers held in followers dicts
         self._kid_dicts = 0
         self._key_bytes = 0  # sys.getsizeof of the keys held
+        self._indexing = indexing
+        self._done = 0  # the stream's first tokens that the trie holds; the rest wait
+        self._scanned = 0.0  # scans' cost since the trie last caught up (SCAN_* units)
+        self._arr = np.empty(0, dtype=np.int32)  # the stream's first _arr_n tokens (scans)
+        self._arr_n = 0
 
     @property
     def max_n(self) -> int:
@@ -203,7 +233,10 @@ class NGramIndex:
                 assert cap is not None
                 self._rebuild(self._t[len(self._t) - cap // 2 :])
                 continue
-            self._append(toks[i : i + room])
+            if self._indexing == "eager":
+                self._append(toks[i : i + room])
+            else:
+                self._t.extend(toks[i : i + room])
             i += room
 
     def truncate(self, n: int) -> None:
@@ -214,11 +247,18 @@ class NGramIndex:
         removed = len(self._t) - n
         if removed <= 0:
             return
+        self._arr_n = min(self._arr_n, n)
+        if n >= self._done:  # not in the trie yet
+            del self._t[n:]
+            return
+        del self._t[self._done :]
+        removed = self._done - n
         if n < removed:
             self._rebuild(self._t[:n])
             return
         for _ in range(removed):
             self._pop()
+        self._done = n
 
     def clear(self) -> None:
         self._t.clear()  # the same list: the view stays live
@@ -226,10 +266,51 @@ class NGramIndex:
         self._undo = array("q")
         self._end = []
         self._recs = self._kids = self._kid_dicts = self._key_bytes = 0
+        self._done = self._arr_n = 0
+        self._scanned = 0.0
 
     def _rebuild(self, keep: list[int]) -> None:
         self.clear()
-        self._append(keep)
+        if self._indexing == "eager":
+            self._append(keep)
+        else:
+            self._t.extend(keep)
+
+    def catch_up(self) -> None:
+        """Index the tokens that wait (the trie then holds the whole stream)."""
+        if self._done < len(self._t):
+            pending = self._t[self._done :]
+            del self._t[self._done :]
+            self._append(pending)
+        self._scanned = 0.0
+
+    def _use_trie(self, size: int) -> bool:
+        """Whether this lookup reads the trie (catching it up first) or scans the stream: the
+        trie once indexing what waits costs less than the scans since it last caught up and
+        this one (rent or buy: never more than twice the cheaper of the two)."""
+        if self._indexing == "never":
+            return False
+        waiting = size - self._done
+        if waiting == 0:
+            return True
+        scan = SCAN_FIXED + SCAN_PER_TOKEN * size
+        if self._scanned + scan >= INDEX_PER_TOKEN * waiting:
+            self.catch_up()
+            return True
+        self._scanned += scan
+        return False
+
+    def _array(self) -> np.ndarray:
+        """The stream as int32 (kept between scans, extended by what joined since)."""
+        t, n = self._t, len(self._t)
+        if self._arr_n < n:
+            if len(self._arr) < n:
+                grown = np.empty(max(n, 2 * len(self._arr), 1024), dtype=np.int32)
+                grown[: self._arr_n] = self._arr[: self._arr_n]
+                self._arr = grown
+            self._arr[self._arr_n : n] = t[self._arr_n : n]
+            self._arr_n = n
+        return self._arr[:n]
 
     def _append(self, toks: list[int]) -> None:
         """Append tokens (validated, within capacity): for each, update the followers of the
@@ -313,6 +394,7 @@ class NGramIndex:
                 chain.append(v)
         self._end = chain
         self._key_bytes += key_bytes
+        self._done = len(t)
 
     def _records_at(self, end: int) -> list[list[Any]]:
         """The records of the n-grams ending at `end` (n = 1.. while they are records)."""
@@ -408,6 +490,8 @@ class NGramIndex:
             raise InvalidParameterError(f"branches must be >= 1, got {branches}")
         t = self._t
         size = len(t)
+        if not self._use_trie(size):
+            return self._scan(max_len, branches, query)
         rec: list[Any] | None = None
         single = -1  # the one occurrence, when the longest n-gram matched was seen once
         if query is None:
@@ -466,6 +550,57 @@ class NGramIndex:
             out.append(Continuation(tuple(cont), m, packed >> _POS, total))
         return out
 
+    def _scan(self, max_len: int, branches: int, query: Sequence[int] | None) -> list[Continuation]:
+        """lookup's answer found by scanning the stream instead of the trie: the occurrences
+        of the query's last token with a real token after them (numpy), narrowed one token
+        further back at a time while some remain (up to max_n), grouped by the token after."""
+        a = self._array()
+        t = self._t
+        size = len(t)
+        q: Sequence[int] = t if query is None else [int(v) for v in query[-MAX_MATCH:]]
+        if size < 2 or len(q) == 0 or not 0 <= q[-1] < TOKEN_LIMIT:
+            return []
+        found = np.flatnonzero(a[: size - 1] == q[-1]) + 1  # e: the n-gram ends before t[e]
+        found = found[a[found] >= 0]
+        n = 1
+        # many occurrences (a common token): narrowed by numpy while they stay many
+        while found.size > SCAN_FEW and n < min(self._max_n, len(q)):
+            x = q[-1 - n]
+            if not 0 <= x < TOKEN_LIMIT:
+                break
+            ok = found[found > n]
+            ok = ok[a[ok - 1 - n] == x]
+            if ok.size == 0:
+                break
+            found, n = ok, n + 1
+        ends = found.tolist()
+        if not ends:
+            return []
+        while n < min(self._max_n, len(q)):
+            x = q[-1 - n]
+            if not 0 <= x < TOKEN_LIMIT:
+                break
+            ok = [e for e in ends if e > n and t[e - 1 - n] == x]
+            if not ok:
+                break
+            ends, n = ok, n + 1
+        groups: dict[int, int] = {}  # follower -> count << _POS | latest end
+        for e in ends:  # ascending: the latest end is written last
+            groups[t[e]] = ((groups.get(t[e], 0) >> _POS) + 1) << _POS | e
+        top = heapq.nlargest(branches, groups.values()) if branches > 1 else [max(groups.values())]
+        out = []
+        for packed in top:
+            e = packed & _POS_MASK
+            cont = t[e : e + max_len]
+            if SEPARATOR in cont:
+                del cont[cont.index(SEPARATOR) :]
+            m = n
+            stop = min(MAX_MATCH, e, len(q))
+            while m < stop and t[e - 1 - m] == q[-1 - m] and t[e - 1 - m] >= 0:
+                m += 1
+            out.append(Continuation(tuple(cont), m, packed >> _POS, len(ends)))
+        return out
+
     @property
     def nbytes(self) -> int:
         """Estimated bytes held, O(1): sys.getsizeof of the stream's list, the dict and the
@@ -473,7 +608,8 @@ class NGramIndex:
         are made and dropped) times their sys.getsizeof. The token ints are not counted: the
         caller's own stream holds the same objects (ids below 257 are shared by CPython)."""
         size = sys.getsizeof(self._t) + sys.getsizeof(self._d) + sys.getsizeof(self._undo)
-        size += self._key_bytes + len(self._t) * _POS_BYTES + self._recs * _REC_BYTES
+        size += self._arr.nbytes
+        size += self._key_bytes + self._done * _POS_BYTES + self._recs * _REC_BYTES
         return size + self._kid_dicts * _KIDS_BYTES + self._kids * _KID_BYTES
 
 

@@ -6,6 +6,7 @@ generation loop carries out its plans on the SpecState."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -47,6 +48,10 @@ QUIET_SAMPLE = 4  # ... of which every this many teaches plain decoding's cost
 # step (a fast target: a tiny model, a GPU); each rest that ends with nothing paid doubles the
 # next, up to the longest, and one accepted draft makes rests short again
 NGRAM_REST_AFTER, NGRAM_REST_SHARE, NGRAM_REST_LONGEST = 32, 0.02, 64
+# while nothing pays, looking up and planning take at most this share of the decoding time: a
+# rest lasts at least planning's share of a plain step over it (up to NGRAM_REST_CAP steps;
+# 60-85 on the tiny test hybrids, whose planning costs 0.6-0.85 of a plain step)
+NGRAM_PLAN_BUDGET, NGRAM_REST_CAP = 0.01, 256
 REST_SAMPLE = 16  # a rest's steps of which every this many teaches plain decoding's cost
 RETIME_AFTER_S = 60.0  # a calibration timed on a busy machine: how often to look for quiet
 RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each noisy one)
@@ -323,7 +328,9 @@ class Scheduler:
         cost NGRAM_REST_SHARE of a plain step or more (on a slow target its lookups cost
         nothing worth saving, and a copy that starts during a rest would wait for its end).
         Rests double while nothing pays (a copy is still found within NGRAM_REST_LONGEST
-        tokens of its start)."""
+        tokens of its start), and last at least as long as keeps planning within
+        NGRAM_PLAN_BUDGET of the decoding time (a target whose steps cost little more than
+        planning them: a copy may then wait up to NGRAM_REST_CAP tokens)."""
         if not (
             self.asleep in (HOPELESS, OPTIONS)
             and plan.eagle is None
@@ -335,9 +342,13 @@ class Scheduler:
         assert self.cost is not None
         if self._unpaid < NGRAM_REST_AFTER:
             return 0
-        if self.planning.value < NGRAM_REST_SHARE * self.cost.step_time(None):
+        share = self.planning.value / max(self.cost.step_time(None), 1e-9)
+        if share < NGRAM_REST_SHARE:
             return 0
-        rest, self._rest = self._rest, min(2 * self._rest, NGRAM_REST_LONGEST)
+        # at least as long as keeps planning within NGRAM_PLAN_BUDGET of the decoding time
+        floor = min(math.ceil(share / NGRAM_PLAN_BUDGET), NGRAM_REST_CAP)
+        rest = max(self._rest, floor)
+        self._rest = max(min(2 * self._rest, NGRAM_REST_LONGEST), floor)
         self._last_rest = rest
         return rest
 

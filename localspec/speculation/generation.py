@@ -22,7 +22,9 @@ from .verify import Outcome, pick
 if TYPE_CHECKING:
     from ..runtime.parts import Parts
 
-EXPLAIN_EVERY = 32  # steps between refreshes of auto's reason in the running statistics
+# planned steps between refreshes of auto's reason in the running statistics (a refresh costs
+# a few hundred microseconds; steps auto did not plan change no reason)
+EXPLAIN_EVERY = 32
 
 FinishReason = Literal["eos", "stop", "length", "context_full"]
 
@@ -72,7 +74,7 @@ class Generation:
             prompt_tokens=len(tokens), generations=1, mode=mode.label(self.model_source)
         )
         self.last = -1  # the chosen token not yet decoded by the target
-        self._explained = 0  # the step auto's reason was last refreshed at (the end: always)
+        self._unexplained = 0  # planned steps since auto's reason was refreshed (the end: always)
 
     def run(self) -> Generator[Event, None, None]:
         stats = self.stats
@@ -176,12 +178,10 @@ class Generation:
         t_plan = probe.clock() - c0  # looking up and planning, on the cost clock
         # a fixed EAGLE chain that samples draws its drafts from the drafter's q
         q = planned.eagle is not None and self.mode.rejection_sampling and not self.sp.greedy
-        plan = replace(
-            planned,
-            proposal=proposal,
-            sampled=self.sp if q else None,
-            ranks=planned.choice is not None,
-        )
+        ranks = planned.choice is not None
+        plan = planned
+        if proposal is not None or q or planned.ranks != ranks:  # (a plain step: as planned)
+            plan = replace(planned, proposal=proposal, sampled=self.sp if q else None, ranks=ranks)
         # step
         tree, out = speculative_step(state, self.last, plan, self.sp, self.draws)
         w1, c1 = probe.now()
@@ -225,12 +225,17 @@ class Generation:
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:
             cost = self.parts.scheduler.cost
-            plain = cost.step_time(None) if cost is not None else 0.0
+            if plan.quiet or cost is None:  # a plain step planned as one: one plain step
+                plain = plan.choice.seconds if cost is not None else 0.0
+            else:
+                plain = cost.step_time(None)
             stats.record_prediction(plan.choice.tokens, plan.choice.seconds, plain)
             # for readers while it streams; unplanned (quiet) steps change no reason
-            if not plan.quiet and stats.steps - self._explained >= EXPLAIN_EVERY:
-                stats.auto = self.parts.scheduler.explain()
-                self._explained = stats.steps
+            if not plan.quiet:
+                self._unexplained += 1
+                if self._unexplained >= EXPLAIN_EVERY:
+                    stats.auto = self.parts.scheduler.explain()
+                    self._unexplained = 0
 
     def _remember(self) -> None:
         """The call's text joins the session's n-gram memory (not a superseded call's)."""

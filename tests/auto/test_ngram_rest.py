@@ -6,12 +6,16 @@ target (planning a small share of the step) it never rests."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import localspec
 from localspec.auto import costmodel as cm
 from localspec.auto.scheduler import (
+    NGRAM_PLAN_BUDGET,
     NGRAM_REST_AFTER,
+    NGRAM_REST_CAP,
     NGRAM_REST_LONGEST,
     NGRAM_REST_SHARE,
     QUIET_STEPS,
@@ -74,12 +78,30 @@ def test_a_fast_target_rests_its_lookups_once_nothing_pays_and_rests_double() ->
     # next one looks up and rests
     assert looked[: NGRAM_REST_AFTER + 1] == list(range(NGRAM_REST_AFTER + 1))
     rests = gaps(looked)[NGRAM_REST_AFTER:]
-    want = [QUIET_STEPS]
-    while len(want) < len(rests):
-        want.append(min(2 * want[-1], NGRAM_REST_LONGEST))
-    assert rests == want
+    # each rest at least keeps planning within the budget: planning's share of a plain step
+    # (a fifth, less what the glue adds to a plain step) over NGRAM_PLAN_BUDGET
+    floor = math.ceil(s.planning.value / s.cost.step_time(None) / NGRAM_PLAN_BUDGET)
+    assert 10 < floor < QUIET_STEPS + 8
+    base = [QUIET_STEPS]  # doubling while nothing pays
+    while len(base) < len(rests):
+        base.append(min(2 * base[-1], NGRAM_REST_LONGEST))
+    assert rests == [max(b, floor) for b in base]
     assert s.ngram_resting
     assert len(looked) < NGRAM_REST_AFTER + 400 // QUIET_STEPS
+
+
+@pytest.mark.parametrize(("share", "shortest"), [(0.8, 70), (5.0, NGRAM_REST_CAP)])
+def test_planning_that_costs_most_of_a_step_rests_long_enough_to_stay_in_budget(
+    share: float, shortest: int
+) -> None:
+    """A tiny hybrid's planning costs 0.6-0.85 of its plain step: rests last share / budget
+    steps from the first (at most NGRAM_REST_CAP), so planning stays near 1% of decoding."""
+    s = scheduler()
+    looked = drive(s, 2000, t_plan=share * T1)
+    rests = gaps(looked)[NGRAM_REST_AFTER:]
+    assert rests and min(rests) >= shortest and max(rests) <= NGRAM_REST_CAP
+    planned_after = len(looked) - NGRAM_REST_AFTER
+    assert planned_after * share < (2000 - NGRAM_REST_AFTER) * 2 * NGRAM_PLAN_BUDGET + share
 
 
 def test_a_slow_target_never_rests() -> None:
@@ -93,7 +115,7 @@ def test_a_slow_target_never_rests() -> None:
 
 def test_an_accepted_draft_ends_the_rests_and_a_copy_is_found_within_one() -> None:
     s = scheduler()
-    t_plan = 0.2 * T1
+    t_plan = 0.1 * T1  # its rests' floor (about 10 steps) below QUIET_STEPS
     drive(s, NGRAM_REST_AFTER + 3 * 64, t_plan=t_plan)
     assert s.ngram_resting
     # a copy starts: it is looked up within the longest rest and its drafts are accepted
@@ -151,10 +173,11 @@ def test_a_tiny_hybrid_rests_its_lookups_and_stays_lossless(tiny_hybrid) -> None
 
 def test_a_new_call_rests_shortly_at_first() -> None:
     """Rests grown long in one reply start short again at the next call: its prompt is new,
-    and a copy of it is found within QUIET_STEPS tokens of the reply's start."""
+    and a copy of it is found within QUIET_STEPS tokens of the reply's start (where planning
+    costs little enough: its rests' floor, about 10 steps here, below QUIET_STEPS)."""
     s = scheduler()
-    drive(s, NGRAM_REST_AFTER + 4 * NGRAM_REST_LONGEST, t_plan=0.2 * T1)
+    drive(s, NGRAM_REST_AFTER + 4 * NGRAM_REST_LONGEST, t_plan=0.1 * T1)
     assert s._rest == NGRAM_REST_LONGEST
     s.start(Mode("auto", None, frozenset({NGRAM})))
-    looked = drive(s, 2 * QUIET_STEPS + 2, t_plan=0.2 * T1)
+    looked = drive(s, 2 * QUIET_STEPS + 2, t_plan=0.1 * T1)
     assert looked[:2] == [0, QUIET_STEPS]

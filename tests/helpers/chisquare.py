@@ -86,3 +86,20 @@ def chi2_of_samples(
     elif pooled_o:
         stat = math.inf
     return stat, df, accepted / n_samples
+
+
+def repeating_prompt(eng, length: int = LEN) -> list[int]:
+    """The prompt "abc" after every token the target can sample at positions 1..length - 1, each
+    followed by its likeliest successor: the index then proposes a continuation at every
+    drafted position.
+    (The noisy pair's target reads only the last token: the distribution is the same for any
+    prompt ending in "c".)"""
+    tail = eng.tokenize("abc")
+    tgt = parts(eng).target
+    reach = {t for seq in exact_distribution(eng, tail, length=length - 1) for t in seq if t >= 0}
+    out: list[int] = []
+    for t in sorted(reach):
+        tgt.clear()
+        out += [t, int(np.argmax(tgt.decode([t], all_logits=False)[0]))]
+    tgt.clear()
+    return out + tail

@@ -35,6 +35,7 @@ from localspec.runtime.rollback import (
 from localspec.runtime.target import Target
 
 from helpers import tinymodels as tm
+from helpers.chisquare import chi2_critical, chi2_of_samples, exact_distribution, repeating_prompt
 from helpers.greedy import assert_greedy_lossless
 
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
@@ -397,3 +398,21 @@ def test_a_rollback_mode_that_does_not_exist_is_refused(tmp_path) -> None:
     q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
     with pytest.raises(InvalidParameterError, match="rollback must be one of auto, snapshots"):
         localspec.load(q, draft=False, rollback="sometimes", **EXACT)
+
+
+@pytest.mark.parametrize("rollback", ["snapshots", "checkpoint"])
+def test_ngram_chain_sampling_on_a_hybrid_matches_target_distribution(tmp_path, rollback) -> None:
+    """Sampled n-gram drafts on a hybrid, rejected and cut back by snapshots or put back from a
+    checkpoint: the completions' distribution is the target's own (chi-square at p ~ 0.001)."""
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    with localspec.load(q, draft=False, rollback=rollback, **EXACT) as eng:
+        prompt = repeating_prompt(eng, 4)
+        expected = exact_distribution(eng, prompt, length=4)
+        stat, df, acc = chi2_of_samples(
+            eng, prompt, expected, length=4, n_samples=2000, draft_source="ngram", n_draft=2
+        )
+        assert parts(eng).target.rollback.checkpoint == (rollback == "checkpoint")
+        ng = eng.stats.sources["ngram"]
+    assert ng.drafted > 1000 and 0.05 < ng.acceptance_rate < 0.95, ng  # both ways, often
+    assert df >= 20
+    assert stat < chi2_critical(df), (stat, df)

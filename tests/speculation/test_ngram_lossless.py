@@ -6,7 +6,6 @@ because nothing was proposed."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import localspec
@@ -21,7 +20,13 @@ from localspec.speculation.tree import TreeShape
 from localspec.stats import SourceStats
 
 from conftest import EXACT
-from helpers.chisquare import SP, chi2_critical, chi2_of_samples, exact_distribution
+from helpers.chisquare import (
+    SP,
+    chi2_critical,
+    chi2_of_samples,
+    exact_distribution,
+    repeating_prompt,
+)
 from helpers.costs import inject_costs
 from helpers.greedy import QUANT_MARGIN, assert_greedy_lossless
 
@@ -166,23 +171,6 @@ LEN = 4  # sampled tokens: the n-gram source drafts for positions 2 and 3
 N = 3000
 
 
-def repeating_prompt(eng) -> list[int]:
-    """The prompt "abc" after every token the target can sample at positions 1..3, each
-    followed by its likeliest successor: the index then proposes a continuation at every
-    drafted position.
-    (The noisy pair's target reads only the last token: the distribution is the same for any
-    prompt ending in "c".)"""
-    tail = eng.tokenize("abc")
-    tgt = parts(eng).target
-    reach = {t for seq in exact_distribution(eng, tail, length=LEN - 1) for t in seq if t >= 0}
-    out: list[int] = []
-    for t in sorted(reach):
-        tgt.clear()
-        out += [t, int(np.argmax(tgt.decode([t], all_logits=False)[0]))]
-    tgt.clear()
-    return out + tail
-
-
 def sampled(eng, prompt, expected, **gen) -> tuple[float, int, SourceStats]:
     """chi2_of_samples with LEN tokens; also what the n-gram source drafted meanwhile."""
     before = eng.stats.sources.get(NGRAM, SourceStats())
@@ -206,7 +194,7 @@ def check_ngram_drafting(ng: SourceStats) -> None:
 def test_ngram_chain_sampling_matches_target_distribution(noisy_pair) -> None:
     target, _ = noisy_pair
     with localspec.load(target, draft=False, **EXACT) as eng:
-        prompt = repeating_prompt(eng)
+        prompt = repeating_prompt(eng, LEN)
         expected = exact_distribution(eng, prompt, length=LEN)
         assert abs(sum(expected.values()) - 1) < 1e-9
         stat, df, ng = sampled(eng, prompt, expected, draft_source="ngram", n_draft=2)
@@ -228,7 +216,7 @@ def test_auto_sampling_with_ngram_drafts_matches_target_distribution(
 ) -> None:
     target, draft = noisy_pair
     with localspec.load(target, draft=draft, **EXACT) as eng:
-        prompt = repeating_prompt(eng)
+        prompt = repeating_prompt(eng, LEN)
         expected = exact_distribution(eng, prompt, length=LEN)
         inject_costs(monkeypatch, eng, lambda n: FLAT)
         stat, df, ng = sampled(eng, prompt, expected, draft_source="auto")
@@ -240,7 +228,7 @@ def test_auto_sampling_with_ngram_drafts_matches_target_distribution(
 def test_merged_tree_sampling_matches_target_distribution(noisy_pair, monkeypatch) -> None:
     target, draft = noisy_pair
     with localspec.load(target, draft=draft, **EXACT) as eng:
-        prompt = repeating_prompt(eng)
+        prompt = repeating_prompt(eng, LEN)
         expected = exact_distribution(eng, prompt, length=LEN)
         inject_costs(monkeypatch, eng, lambda n: FLAT)
         trees = force_merged(monkeypatch)
@@ -267,7 +255,7 @@ def test_the_check_catches_a_biased_ngram_walk(noisy_pair, monkeypatch) -> None:
 
     target, _ = noisy_pair
     with localspec.load(target, draft=False, **EXACT) as eng:
-        prompt = repeating_prompt(eng)
+        prompt = repeating_prompt(eng, LEN)
         expected = exact_distribution(eng, prompt, length=LEN)
         monkeypatch.setattr(step_mod, "walk", biased)
         stat, df, ng = sampled(eng, prompt, expected, draft_source="ngram", n_draft=2)

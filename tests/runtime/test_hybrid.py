@@ -376,6 +376,7 @@ def test_auto_times_the_snapshots_once_per_file_and_machine(tmp_path, monkeypatc
         return real(*a, **k)
 
     monkeypatch.setattr(calibration, "measure_snapshot_tax", counting)
+    monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: False)  # a quiet machine
     with localspec.load(q, draft=False, **EXACT) as eng:
         first = parts(eng).target.rollback
     assert len(timed) == 1
@@ -392,6 +393,20 @@ def test_auto_times_the_snapshots_once_per_file_and_machine(tmp_path, monkeypatc
     with localspec.load(q, draft=False, recalibrate=True, **EXACT) as eng:
         pass
     assert len(timed) == 2
+
+
+def test_a_snapshot_timing_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch) -> None:
+    """Other programs took the cores while it was timed: the choice stands for this load, and
+    the next load times again."""
+    from localspec.auto import calibration
+
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: True)
+    for _ in range(2):
+        with localspec.load(q, draft=False, **EXACT) as eng:
+            r = parts(eng).target.rollback
+            assert r.checkpoint or r.n_rs_seq == 4
+        assert not os.path.isdir(calibration.cache_dir()) or not os.listdir(calibration.cache_dir())
 
 
 def test_a_rollback_mode_that_does_not_exist_is_refused(tmp_path) -> None:

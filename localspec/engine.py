@@ -130,7 +130,7 @@ def load(
     "DEPTH,TOP_K,BUDGET") instead. recalibrate: time this machine again for auto instead of
     using the stored calibration. rollback: how a hybrid target's recurrent state is cut back
     after rejected drafts: "auto" (default: llama.cpp's per-token snapshots, unless, under
-    draft_source="auto", they cost a plain step here more than 2%, timed once and stored;
+    n_draft="auto", they cost a plain step here more than 2%, timed once and stored;
     then a checkpoint copied before each verify, which costs only the steps that draft),
     "snapshots" or "checkpoint".
     """
@@ -231,9 +231,10 @@ class Engine:
             and eagle_beside(target_path),
         )
         # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
-        # they cost every decode (benchmarks/bench_rollback.py). Under auto they are kept only
-        # where they cost a plain step little here (timed once per machine and file); else,
-        # and with rollback="checkpoint", a checkpoint is copied before each verify instead.
+        # they cost every decode (benchmarks/bench_rollback.py). Under auto (n_draft="auto",
+        # the default) they are kept only where they cost a plain step little here (timed once
+        # per machine and file); else, and with rollback="checkpoint", a checkpoint is copied
+        # before each verify instead. A fixed chain drafts every step: snapshots.
         self._target = Target(
             target_path,
             self._rt,
@@ -242,7 +243,7 @@ class Engine:
             and ("checkpoint" if rollback == "checkpoint" else True),
             load_mtp=mtp,
             snapshot_policy=snapshot_policy(target_path, self._rt, recalibrate=bool(recalibrate))
-            if rollback == "auto" and self._source == "auto"
+            if rollback == "auto" and self._n_draft == "auto" and self._tree is None
             else None,
         )
         try:

@@ -363,8 +363,8 @@ def test_auto_keeps_snapshots_only_where_they_cost_a_plain_step_little() -> None
 
 def test_auto_times_the_snapshots_once_per_file_and_machine(tmp_path, monkeypatch) -> None:
     """The first auto load times them and stores the result beside the calibrations; a later
-    load reads it (no timing), and its choice follows the stored figure. Other draft sources
-    and an explicit rollback keep the snapshots without timing."""
+    load reads it (no timing), and its choice follows the stored figure. A fixed chain (it
+    drafts every step) and an explicit rollback keep the snapshots without timing."""
     from localspec.auto import calibration
 
     q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
@@ -385,7 +385,7 @@ def test_auto_times_the_snapshots_once_per_file_and_machine(tmp_path, monkeypatc
     with localspec.load(q, draft=False, **EXACT) as eng:
         assert parts(eng).target.rollback == first
     assert len(timed) == 1  # read back
-    for opts in ({"draft_source": "ngram"}, {"rollback": "snapshots"}):
+    for opts in ({"n_draft": 4}, {"rollback": "snapshots"}):  # a fixed chain drafts always
         with localspec.load(q, draft=False, **{**EXACT, **opts}) as eng:
             r = parts(eng).target.rollback
             assert r.n_rs_seq == 4 and not r.checkpoint

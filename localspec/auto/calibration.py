@@ -18,16 +18,23 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 
+from ..errors import LocalspecError
 from ..options import RuntimeOptions
 from ..runtime.clocks import Clock
 from ..runtime.drafter import Drafter
-from ..runtime.rollback import Rollback, SnapshotTax, measure_snapshot_tax, with_checkpoints
+from ..runtime.rollback import (
+    TAX_FORMAT,
+    Rollback,
+    SnapshotTax,
+    measure_snapshot_tax,
+    with_checkpoints,
+)
 from ..runtime.target import Target
 from .costmodel import CALIBRATION_REPS as REPS
 from .costmodel import MAX_DEPTH, CostModel, ReadyCosts, VerifyCurve
@@ -495,32 +502,47 @@ def snapshot_policy(
     path: str, rt: RuntimeOptions, *, recalibrate: bool = False
 ) -> Callable[[Any, Rollback], Rollback]:
     """For Target(snapshot_policy=...): what n_rs_seq snapshots cost this target here (timed
-    once and stored like a calibration, keyed by the file, the machine and how it runs), and
-    auto's choice between them and a checkpoint per drafting step (rollback.with_checkpoints)."""
+    once and stored like a calibration, keyed by the file, the machine, the llama.cpp build and
+    what the timing depends on), and auto's choice between them and a checkpoint per drafting
+    step (rollback.with_checkpoints). A timing that fails (no room for its two short contexts)
+    keeps the snapshots planned."""
 
     def choose(model: Any, plan: Rollback) -> Rollback:
         from ..native import INSTALLED_LLAMA_CPP_PYTHON
 
         key = {
-            "format": FORMAT,
+            "format": TAX_FORMAT,
             "kind": "snapshot-tax",
-            "machine": {"host": platform.node(), "cpu": _cpu_name(), "cpus": os.cpu_count()},
+            "machine": {
+                "host": platform.node(),
+                "cpu": _cpu_name(),
+                "logical_cpus": os.cpu_count(),
+                "arch": platform.machine(),
+            },
             "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,
             "target": _file_identity(path),
-            "runtime": asdict(rt),
+            "runtime": {
+                k: getattr(rt, k) for k in ("threads", "n_gpu_layers", "kv_type", "flash_attn")
+            },
             "n_rs_seq": plan.n_rs_seq,
         }
         tax = None if recalibrate else _load_tax(key)
         if tax is None:
             load = OtherLoad(rt.threads)
-            tax = measure_snapshot_tax(
-                model,
-                plan.n_rs_seq,
-                n_threads=rt.threads,
-                kv_type=rt.kv_type,
-                flash_attn=rt.flash_attn,
-            )
-            if not load.busy():  # timed while other programs took its cores: used once
+            try:
+                tax = measure_snapshot_tax(
+                    model,
+                    plan.n_rs_seq,
+                    n_threads=rt.threads,
+                    kv_type=rt.kv_type,
+                    flash_attn=rt.flash_attn,
+                )
+            except LocalspecError as e:
+                return replace(plan, lowered=f"{plan.lowered}; not timed ({e})".lstrip("; "))
+            # stored where the machine was quiet, or where that cannot be told and the
+            # rounds agree; else it serves this load only and the next one times again
+            busy = load.busy()
+            if busy is False or (busy is None and tax.settled):
                 _save_json(key, {"tax": asdict(tax)})
         return with_checkpoints(plan, tax)
 

@@ -188,6 +188,8 @@ TAX_CONTEXT = 32  # tokens decoded before the timed steps
 TAX_BLOCK = 4  # one-token decodes per timed block
 TAX_ROUNDS = (3, 41)  # rounds of blocks: at least, at most
 TAX_BUDGET_S = 1.0  # no further round once the timing took this long (after the least)
+TAX_AGREE = 0.05
+TAX_FORMAT = 1  # the stored timings' format (the method's: bumped when it changes)
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,13 @@ class SnapshotTax:
     step: float
     verify: float
     rounds: int
+    spread: float = 0.0  # the rounds' plain-step ratios: interquartile range
+
+    @property
+    def settled(self) -> bool:
+        """The rounds agree (their middle half within TAX_AGREE): a figure worth storing where
+        it cannot be told whether other programs took the cores meanwhile."""
+        return self.spread <= TAX_AGREE
 
     def text(self) -> str:
         return (
@@ -213,19 +222,29 @@ def measure_snapshot_tax(
 ) -> SnapshotTax:
     """Time one-token decodes and verifies of n_rs_seq + 1 rows in two short contexts of the
     model, one keeping n_rs_seq snapshots and one none, interleaved (the order alternates each
-    round, so a burst of other work falls on both); a few rounds, bounded in time."""
+    round, so a burst of other work falls on both); a few rounds, bounded in time. Each decode
+    is timed up to its logits (on a GPU the decode returns before the device is done)."""
+    from statistics import median
     from time import perf_counter
 
     from .. import native as N
 
     n_batch = max(n_rs_seq + 2, TAX_BLOCK + 1)
     n_ctx = TAX_CONTEXT + (n_rs_seq + 2) + TAX_ROUNDS[1] * (TAX_BLOCK + n_rs_seq + 1)
-    args = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, kv_type=kv_type)
-    ctxs = [
-        N.NativeContext(model, **args, flash_attn=flash_attn, n_rs_seq=n)  # type: ignore[arg-type]
-        for n in (0, n_rs_seq)
-    ]
+    ctxs: list[Any] = []
     try:
+        for n in (0, n_rs_seq):
+            ctxs.append(
+                N.NativeContext(
+                    model,
+                    n_ctx=n_ctx,
+                    n_batch=n_batch,
+                    n_threads=n_threads,
+                    kv_type=kv_type,
+                    flash_attn=flash_attn,
+                    n_rs_seq=n,
+                )
+            )
         batch = N.Batch(n_batch)
         ids = [(7 + 13 * i) % model.n_vocab for i in range(n_ctx)]
         pos = [0, 0]
@@ -236,6 +255,7 @@ def measure_snapshot_tax(
             batch.set(rows, pos[c], all_logits=rows > 1)
             t0 = perf_counter()
             ctxs[c].decode(batch, "snapshot cost timing")
+            ctxs[c].logits(rows if rows > 1 else 1)  # waits for the device
             pos[c] += rows
             return perf_counter() - t0
 
@@ -258,9 +278,17 @@ def measure_snapshot_tax(
     finally:
         for ctx in ctxs:
             ctx.close()
-    from statistics import median
+    q1, _, q3 = _quartiles(steps)
+    return SnapshotTax(n_rs_seq, median(steps) - 1.0, median(verifies) - 1.0, r, q3 - q1)
 
-    return SnapshotTax(n_rs_seq, median(steps) - 1.0, median(verifies) - 1.0, r)
+
+def _quartiles(xs: list[float]) -> tuple[float, float, float]:
+    from statistics import quantiles
+
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q = quantiles(xs, n=4)
+    return q[0], q[1], q[2]
 
 
 def with_checkpoints(plan: Rollback, tax: SnapshotTax) -> Rollback:

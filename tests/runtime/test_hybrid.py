@@ -313,14 +313,19 @@ def test_a_random_mamba_rejects_and_replays_losslessly(tmp_path) -> None:
 # --- EAGLE drafters on recurrent targets: taps through the graph callback ----------------------
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "lfm2", "mamba"])
-def test_an_eagle_drafter_on_a_recurrent_target_is_lossless(arch, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("arch", "rollback"),
+    [("qwen35", "snapshots"), ("qwen35", "checkpoint"), ("lfm2", "snapshots"), ("mamba", "auto")],
+)
+def test_an_eagle_drafter_on_a_recurrent_target_is_lossless(arch, rollback, tmp_path) -> None:
     """Chains only (one state per sequence: trees need one per branch), cut back by snapshots
-    (qwen35, lfm2) or a checkpoint (mamba); a random drafter, so every draft is rejected."""
+    (qwen35, lfm2) or a checkpoint (qwen35 asked to, mamba); a random drafter, so every draft
+    is rejected."""
     writer = {**WRITERS, "mamba": tm.write_mamba_target}[arch]
     t = writer(str(tmp_path / f"{arch}.gguf"))
     d = tm.random_drafter_for(t, str(tmp_path / f"{arch}.eagle3.gguf"), taps=(1, 2, 3))
-    with localspec.load(t, draft=d, **EXACT) as eng:
+    with localspec.load(t, draft=d, rollback=rollback, **EXACT) as eng:
+        assert parts(eng).target.rollback.checkpoint == (rollback != "snapshots")
         assert eng.drafting.has_drafter and eng.drafting.max_tree == 0
         assert parts(eng).target.tap_route == "graph callback"
         prompt = "the cat sat on the mat"
@@ -395,18 +400,71 @@ def test_auto_times_the_snapshots_once_per_file_and_machine(tmp_path, monkeypatc
     assert len(timed) == 2
 
 
-def test_a_snapshot_timing_on_a_busy_machine_is_not_stored(tmp_path, monkeypatch) -> None:
-    """Other programs took the cores while it was timed: the choice stands for this load, and
-    the next load times again."""
+def _fixed_tax(monkeypatch, calibration, step: float, spread: float = 0.0) -> list[int]:
+    """measure_snapshot_tax replaced by a figure (the one timing what the choice is made
+    from); returns the list its calls are counted in."""
+    timed: list[int] = []
+
+    def fixed(model, n, **_):
+        timed.append(n)
+        return SnapshotTax(n, step, 0.0, 5, spread)
+
+    monkeypatch.setattr(calibration, "measure_snapshot_tax", fixed)
+    return timed
+
+
+def test_the_stored_figure_decides_until_timed_again(tmp_path, monkeypatch) -> None:
     from localspec.auto import calibration
 
     q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
-    monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: True)
+    monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: False)
+    timed = _fixed_tax(monkeypatch, calibration, step=0.5)
+    with localspec.load(q, draft=False, **EXACT) as eng:
+        r = parts(eng).target.rollback
+        assert r.checkpoint and "+50.0%" in r.lowered
+    timed = _fixed_tax(monkeypatch, calibration, step=0.0)  # not asked: the stored one serves
+    with localspec.load(q, draft=False, **EXACT) as eng:
+        assert parts(eng).target.rollback.checkpoint
+    assert timed == []
+    with localspec.load(q, draft=False, recalibrate=True, **EXACT) as eng:
+        r = parts(eng).target.rollback
+        assert r.n_rs_seq == 4 and not r.checkpoint
+    assert timed == [4]
+
+
+@pytest.mark.parametrize(
+    ("busy", "spread", "stored"),
+    [(True, 0.0, False), (None, 0.2, False), (None, 0.01, True), (False, 0.2, True)],
+)
+def test_a_timing_is_stored_only_from_a_quiet_machine(
+    tmp_path, monkeypatch, busy, spread, stored
+) -> None:
+    """Other programs took the cores while it was timed, or that cannot be told and the rounds
+    disagree: the choice stands for this load only, and the next load times again."""
+    from localspec.auto import calibration
+
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    monkeypatch.setattr(calibration.OtherLoad, "busy", lambda self: busy)
+    timed = _fixed_tax(monkeypatch, calibration, step=0.5, spread=spread)
     for _ in range(2):
         with localspec.load(q, draft=False, **EXACT) as eng:
-            r = parts(eng).target.rollback
-            assert r.checkpoint or r.n_rs_seq == 4
-        assert not os.path.isdir(calibration.cache_dir()) or not os.listdir(calibration.cache_dir())
+            assert parts(eng).target.rollback.checkpoint
+    assert len(timed) == (1 if stored else 2)
+
+
+def test_a_timing_that_fails_keeps_the_snapshots(tmp_path, monkeypatch) -> None:
+    from localspec.auto import calibration
+
+    def failing(*a, **k):
+        raise GenerationError("cannot create a llama.cpp context (n_ctx=256): out of memory")
+
+    monkeypatch.setattr(calibration, "measure_snapshot_tax", failing)
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    with localspec.load(q, draft=False, **EXACT) as eng:
+        r = parts(eng).target.rollback
+        assert r.n_rs_seq == 4 and not r.checkpoint and "not timed" in r.lowered
+        c = eng.complete("the cat sat on the mat", max_tokens=8)
+        assert len(c.tokens) == 8
 
 
 def test_a_rollback_mode_that_does_not_exist_is_refused(tmp_path) -> None:

@@ -20,7 +20,15 @@ from helpers.chisquare import chi2_critical, chi2_of_samples, exact_distribution
 from helpers.costs import inject_costs
 from helpers.greedy import assert_greedy_lossless
 
-EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
+# snapshots, as most of these tests are about (auto may choose checkpoints by what snapshots cost
+# here: the random head's test runs both)
+EXACT = {
+    "kv_type": "f32",
+    "flash_attn": False,
+    "n_threads": 2,
+    "n_ctx": 512,
+    "rollback": "snapshots",
+}
 PROMPT = "the cat sat on the mat; the dog"
 
 
@@ -49,9 +57,13 @@ def test_fixed_mtp_chains_are_lossless_and_accepted(agreeing, k) -> None:
         assert_greedy_lossless(eng, PROMPT, c)
 
 
-def test_a_random_head_is_rejected_and_still_lossless(random_head) -> None:
-    """Rejections cut the hybrid state back (snapshots) and the MTP cache with it."""
-    with localspec.load(random_head, **EXACT, draft_source="mtp") as eng:
+@pytest.mark.parametrize("rollback", ["snapshots", "checkpoint"])
+def test_a_random_head_is_rejected_and_still_lossless(random_head, rollback) -> None:
+    """Rejections cut the hybrid state back (snapshots, or a checkpoint put back and the
+    accepted tokens decoded again) and the MTP cache with it."""
+    opts = {**EXACT, "rollback": rollback}
+    with localspec.load(random_head, **opts, draft_source="mtp") as eng:
+        assert parts(eng).target.rollback.checkpoint == (rollback == "checkpoint")
         c = eng.complete(PROMPT, max_tokens=80, n_draft=4)
         s = eng.last_stats
         assert s.sources["mtp"].drafted > 0 and s.accepted < s.drafted

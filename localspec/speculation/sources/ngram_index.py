@@ -166,7 +166,7 @@ class NGramIndex:
     Tokens are ids in 0 .. TOKEN_LIMIT - 1; SEPARATOR (-1) may be appended to end a context: no
     n-gram spans it, continuations stop before it. With `capacity`, once the stream would
     exceed it the oldest tokens are forgotten (the newest capacity // 2 are kept and indexed
-    afresh), so positions restart from the kept tail.
+    afresh, at once or lazily as `indexing` says), so positions restart from the kept tail.
     """
 
     def __init__(
@@ -248,6 +248,7 @@ class NGramIndex:
         if removed <= 0:
             return
         self._arr_n = min(self._arr_n, n)
+        self._scanned = 0.0  # the scans counted were of a longer stream
         if n >= self._done:  # not in the trie yet
             del self._t[n:]
             return
@@ -268,6 +269,7 @@ class NGramIndex:
         self._recs = self._kids = self._kid_dicts = self._key_bytes = 0
         self._done = self._arr_n = 0
         self._scanned = 0.0
+        self._arr = np.empty(0, dtype=np.int32)
 
     def _rebuild(self, keep: list[int]) -> None:
         self.clear()

@@ -346,6 +346,15 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _machine() -> dict[str, Any]:
+    return {
+        "host": platform.node(),
+        "cpu": _cpu_name(),
+        "logical_cpus": os.cpu_count(),
+        "arch": platform.machine(),
+    }
+
+
 def cache_key(
     target: Target,
     drafter: Drafter | None,
@@ -358,12 +367,7 @@ def cache_key(
 
     return {
         "format": FORMAT,
-        "machine": {
-            "host": platform.node(),
-            "cpu": _cpu_name(),
-            "logical_cpus": os.cpu_count(),
-            "arch": platform.machine(),
-        },
+        "machine": _machine(),
         "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,
         "target": _file_identity(target.path),
         "drafter": _file_identity(drafter.spec.path) if drafter is not None else None,
@@ -513,12 +517,7 @@ def snapshot_policy(
         key = {
             "format": TAX_FORMAT,
             "kind": "snapshot-tax",
-            "machine": {
-                "host": platform.node(),
-                "cpu": _cpu_name(),
-                "logical_cpus": os.cpu_count(),
-                "arch": platform.machine(),
-            },
+            "machine": _machine(),
             "llama_cpp_python": INSTALLED_LLAMA_CPP_PYTHON,
             "target": _file_identity(path),
             "runtime": {

@@ -538,6 +538,14 @@ class NGramIndex:
             else:
                 found = heapq.nlargest(branches, kids.values())
             total = rec[_TOT]
+        return self._continuations(found, n, q, max_len, total)
+
+    def _continuations(
+        self, found: list[int], n: int, q: Sequence[int], max_len: int, total: int
+    ) -> list[Continuation]:
+        """The continuation at each packed follower's latest end (up to max_len tokens, not
+        past a separator) and how far back the query matches there (from its n matched)."""
+        t = self._t
         out = []
         for packed in found:
             e = packed & _POS_MASK
@@ -590,18 +598,7 @@ class NGramIndex:
         for e in ends:  # ascending: the latest end is written last
             groups[t[e]] = ((groups.get(t[e], 0) >> _POS) + 1) << _POS | e
         top = heapq.nlargest(branches, groups.values()) if branches > 1 else [max(groups.values())]
-        out = []
-        for packed in top:
-            e = packed & _POS_MASK
-            cont = t[e : e + max_len]
-            if SEPARATOR in cont:
-                del cont[cont.index(SEPARATOR) :]
-            m = n
-            stop = min(MAX_MATCH, e, len(q))
-            while m < stop and t[e - 1 - m] == q[-1 - m] and t[e - 1 - m] >= 0:
-                m += 1
-            out.append(Continuation(tuple(cont), m, packed >> _POS, len(ends)))
-        return out
+        return self._continuations(top, n, q, max_len, len(ends))
 
     @property
     def nbytes(self) -> int:

@@ -15,6 +15,7 @@ from .options import (
     RuntimeOptions,
     check_draft_source,
     check_n_draft,
+    check_rollback,
     check_tree,
 )
 
@@ -35,6 +36,7 @@ class EngineConfig:
     draft_source: DraftSource = "auto"
     runtime: RuntimeOptions = RuntimeOptions()
     recalibrate: bool = False
+    rollback: str = "auto"  # a hybrid target's recurrent state: auto, snapshots or checkpoint
 
     def checked(self) -> EngineConfig:
         """The same configuration, checked: files exist and are files (no model is read),
@@ -57,6 +59,7 @@ class EngineConfig:
             tree=check_tree(self.tree),
             draft_source=check_draft_source(self.draft_source),
             runtime=self.runtime.checked(),
+            rollback=check_rollback(self.rollback),
         )
 
     def load_options(self) -> dict[str, Any]:
@@ -75,6 +78,7 @@ class EngineConfig:
             "flash_attn": rt.flash_attn,
             "draft_window": rt.draft_window,
             "recalibrate": self.recalibrate,
+            "rollback": self.rollback,
         }
 
     def load(self, **overrides: Any) -> Any:

@@ -41,6 +41,7 @@ from .options import (
     check_int,
     check_max_tokens,
     check_n_draft,
+    check_rollback,
     check_stops,
     check_tree,
 )
@@ -51,7 +52,6 @@ from .runtime.drafter import Drafter
 from .runtime.drafter_spec import DrafterSpec
 from .runtime.mtp import MtpDrafter, mtp_blocks
 from .runtime.parts import Parts
-from .runtime.rollback import ROLLBACK_MODES
 from .runtime.target import Target
 from .speculation.generation import Event, FinishReason, Generation
 from .speculation.mode import Mode
@@ -160,11 +160,7 @@ class Engine:
         rollback: str = "auto",
     ) -> None:
         self._n_draft = check_n_draft(n_draft)
-        if rollback not in ROLLBACK_MODES:
-            raise InvalidParameterError(
-                f"rollback must be one of {', '.join(ROLLBACK_MODES)}, got {rollback!r}",
-                parameter="rollback",
-            )
+        rollback = check_rollback(rollback)
         self._tree = check_tree(tree)
         self._source = check_draft_source(draft_source)
         self._rt = RuntimeOptions(

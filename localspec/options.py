@@ -20,6 +20,21 @@ DraftSource = Literal["auto", "eagle", "mtp", "ngram", "none"]
 DRAFT_SOURCES: tuple[str, ...] = ("auto", "eagle", "mtp", "ngram", "none")
 
 
+# how a hybrid target's recurrent state is cut back after rejected drafts (runtime/rollback.py)
+ROLLBACK_MODES = ("auto", "snapshots", "checkpoint")
+
+
+def check_rollback(value: Any) -> str:
+    """auto (snapshots unless they were timed to cost a plain step too much: then a checkpoint
+    before each verify), snapshots, or checkpoint."""
+    if value not in ROLLBACK_MODES:
+        raise InvalidParameterError(
+            f"rollback must be one of {', '.join(ROLLBACK_MODES)}, got {value!r}",
+            parameter="rollback",
+        )
+    return str(value)
+
+
 def check_draft_source(value: Any) -> DraftSource:
     """Where drafts may come from: every source available, the EAGLE drafter, the target's own
     MTP head, the n-gram index of the context, or none (plain decoding)."""

@@ -16,6 +16,7 @@ from ..files.session_cache import DEFAULT_MAX_BYTES
 from ..options import (
     DRAFT_SOURCES,
     KV_TYPES,
+    ROLLBACK_MODES,
     RuntimeOptions,
     check_flash_attn,
     check_max_tokens,
@@ -143,6 +144,14 @@ def add_cache_args(p: argparse.ArgumentParser) -> None:
         help="time this machine again for auto instead of using the stored calibration",
     )
     p.add_argument(
+        "--rollback",
+        default="auto",
+        choices=list(ROLLBACK_MODES),
+        help="how a hybrid target's recurrent state is cut back after rejected drafts "
+        "(default auto: llama.cpp's snapshots, unless under auto they were timed to cost a "
+        "plain step more than 2%%: then a checkpoint before each verify)",
+    )
+    p.add_argument(
         "--draft-window",
         type=int,
         default=None,
@@ -162,6 +171,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "flash_attn": args.flash_attn,
         "draft_window": args.draft_window,
         "recalibrate": args.recalibrate,
+        "rollback": args.rollback,
     }
 
 
@@ -174,6 +184,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     tree = shape_args(args)
     kw = engine_options(args)
     recalibrate = kw.pop("recalibrate")
+    rollback = kw.pop("rollback")
     runtime = RuntimeOptions(
         n_ctx=kw["n_ctx"],
         n_threads=kw["n_threads"],
@@ -190,6 +201,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         draft_source=source,  # type: ignore[arg-type]  # checked below
         runtime=runtime,
         recalibrate=recalibrate,
+        rollback=rollback,
     )
     return cfg
 

@@ -179,7 +179,6 @@ class RollbackGuard:
 
 # --- what the snapshots cost each step ----------------------------------------------------------
 
-ROLLBACK_MODES = ("auto", "snapshots", "checkpoint")
 # Auto keeps snapshots only where they cost a plain step at most this share: they are paid on
 # every decode, drafted or not, while a checkpoint costs only the steps that draft (a copy of
 # the state, and a replay after rejections), which auto's cost model sees and prices.

@@ -571,3 +571,27 @@ def test_chat_without_a_terminal_says_so(models, tmp_path, stdin: str) -> None:
     assert run.stderr.startswith("localspec: error: localspec chat needs a terminal")
     assert "standard input is not a TTY" in run.stderr and "localspec generate" in run.stderr
     assert run.stderr.count("\n") == 1 and run.stdout == ""
+
+
+def test_rollback_reaches_the_engine_from_every_command(tmp_path, capsys) -> None:
+    """--rollback (generate, chat, serve, bench) goes into the engine's configuration; a mode
+    that does not exist is refused by the flags."""
+    from localspec.cli.common import engine_config, engine_options
+
+    from helpers import tinymodels as tm
+
+    q = tm.write_qwen35_target(str(tmp_path / "q.gguf"))
+    rc = main(["generate", q, "--rollback", "checkpoint", "-p", "the cat", "-n", "6", "--json"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["generated"] == 6
+    ns = argparse.Namespace(
+        ctx=512, threads=2, gpu_layers=0, kv_type="f16", flash_attn="auto", draft_window=None,
+        recalibrate=False, rollback="snapshots", draft=None, no_draft=True, draft_source=None,
+        n_draft="auto", tree=None,
+    )  # fmt: skip
+    assert engine_options(ns)["rollback"] == "snapshots"
+    cfg = engine_config(ns)
+    assert cfg.rollback == "snapshots" and cfg.load_options()["rollback"] == "snapshots"
+    with pytest.raises(SystemExit):
+        main(["generate", q, "--rollback", "sometimes", "-p", "x"])
+    assert "invalid choice: 'sometimes'" in capsys.readouterr().err

@@ -11,9 +11,13 @@ from starlette.applications import Starlette
 
 from ..errors import LocalspecError
 
+LISTEN_BACKLOG = 2048  # uvicorn's own default backlog
+
 
 def listen(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port (port 0: a free port)."""
+    """A TCP socket bound to host:port (port 0: a free port) and listening: a client that
+    connects once the address is printed waits in the kernel's queue until uvicorn accepts,
+    instead of being refused while the model loads and calibrates."""
     if not 0 <= port <= 65535:
         raise LocalspecError(f"--port must be in 0..65535, got {port}")
     try:
@@ -26,6 +30,7 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         raise LocalspecError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -1210,6 +1210,18 @@ def test_serve_command_serves_and_stops_cleanly(agree, sig) -> None:
     assert err.strip().endswith("localspec: server stopped")
 
 
+def test_the_socket_listens_before_the_address_is_printed() -> None:
+    """A client that connects as soon as the address is printed is queued by the kernel until
+    uvicorn accepts (a bound socket that does not listen yet refused it: a flaky CI run)."""
+    import socket
+
+    with listen("127.0.0.1", 0) as sock, socket.create_connection(sock.getsockname(), 5) as c:
+        c.sendall(b"GET / HTTP/1.0\r\n\r\n")  # queued: nobody accepts yet, nothing refuses
+        conn, _ = sock.accept()
+        with conn:
+            assert conn.recv(5) == b"GET /"
+
+
 def test_serve_command_errors_are_one_line(agree, tmp_path) -> None:
     target, draft = agree
     busy = listen("127.0.0.1", 0)

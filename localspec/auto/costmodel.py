@@ -22,6 +22,7 @@ with a short chain now and then, so speculation comes back if the text turns pre
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from time import perf_counter
 
@@ -135,7 +136,7 @@ class VerifyCurve:
             last = (m[b] - m[a]) / (b - a)
             mean = (m[b] - 1.0) / (b - 1)
             return m[b] + max(last, mean, 0.0) * (n - b)
-        i = int(np.searchsorted(s, n))
+        i = bisect_left(s, n)  # as np.searchsorted (side left), without an array per call
         a, b = s[i - 1], s[i]
         w = (n - a) / (b - a)
         return (1 - w) * m[a] + w * m[b]

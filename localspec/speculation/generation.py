@@ -225,8 +225,10 @@ class Generation:
         stats.record_sources(tree.sources, out.path)
         if plan.choice is not None:
             cost = self.parts.scheduler.cost
-            if plan.quiet or cost is None:  # a plain step planned as one: one plain step
-                plain = plan.choice.seconds if cost is not None else 0.0
+            if cost is None:
+                plain = 0.0
+            elif plan.quiet:  # a plain plan reused: one plain step at the price it was planned
+                plain = plan.choice.seconds
             else:
                 plain = cost.step_time(None)
             stats.record_prediction(plan.choice.tokens, plan.choice.seconds, plain)

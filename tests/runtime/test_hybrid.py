@@ -23,6 +23,7 @@ from localspec.runtime.rollback import (
     CHECKPOINT_DRAFT,
     DEFAULT_RS_SEQ,
     SNAPSHOT_TAX,
+    TAX_AGREE,
     TAX_ROUNDS,
     Rollback,
     RollbackGuard,
@@ -434,7 +435,12 @@ def test_the_stored_figure_decides_until_timed_again(tmp_path, monkeypatch) -> N
 
 @pytest.mark.parametrize(
     ("busy", "spread", "stored"),
-    [(True, 0.0, False), (None, 0.2, False), (None, 0.01, True), (False, 0.2, True)],
+    [
+        (True, 0.0, False),
+        (None, 2 * TAX_AGREE, False),
+        (None, TAX_AGREE / 5, True),
+        (False, 2 * TAX_AGREE, True),
+    ],
 )
 def test_a_timing_is_stored_only_from_a_quiet_machine(
     tmp_path, monkeypatch, busy, spread, stored

@@ -28,7 +28,6 @@ from .errors import (
     SessionStateError,
 )
 from .files.discovery import default_target, eagle_beside, find_drafter
-from .files.gguf_keys import RECURRENT_ARCHS
 from .files.model_path import check_model_file
 from .options import (
     DRAFT_SOURCES,
@@ -200,10 +199,6 @@ class Engine:
             spec = DrafterSpec(os.fspath(draft))
         self._max_tree, self._max_top_k = Scheduler.capacity(n_batch, draft_batch)
         header = N.GGUFHeader(target_path)
-        if draft is False or header.architecture in RECURRENT_ARCHS:
-            # no drafter: n-gram chains need no tree sequences, and each sequence costs a
-            # sliding-window cache (Gemma 3) or a recurrent state its memory
-            self._max_tree = 0
         # the target's own MTP head drafts where asked for, or for auto when no EAGLE drafter
         # is named or lies next to the target (one found there is preferred to it, and the
         # head's weights are then not loaded)
@@ -226,17 +221,25 @@ class Engine:
             and draft is None
             and eagle_beside(target_path),
         )
+        if draft is False and not mtp:
+            # no model drafter: n-gram chains need no tree sequences, and each sequence costs
+            # a sliding-window cache (Gemma 3) or a recurrent state its memory
+            self._max_tree = 0
         # a hybrid target keeps snapshots of its recurrent state only where calls may draft:
         # they cost every decode (benchmarks/bench_rollback.py). Under auto (n_draft="auto",
         # the default) they are kept only where they cost a plain step little here (timed once
         # per machine and file); else, and with rollback="checkpoint", a checkpoint is copied
-        # before each verify instead. A fixed chain drafts every step: snapshots.
+        # before each verify instead. A fixed chain drafts every step: snapshots. A fixed tree
+        # verifies its branches in sequences of their own, which need no snapshots (a branch
+        # cut short is decoded again) and leave room for more branches: checkpoints.
+        checkpoint = rollback == "checkpoint" or (
+            rollback == "auto" and self._tree is not None and not self._tree.is_chain
+        )
         self._target = Target(
             target_path,
             self._rt,
             tree_nodes=self._max_tree,
-            rollback=self._source != "none"
-            and ("checkpoint" if rollback == "checkpoint" else True),
+            rollback=self._source != "none" and ("checkpoint" if checkpoint else True),
             load_mtp=mtp,
             snapshot_policy=snapshot_policy(target_path, self._rt, recalibrate=bool(recalibrate))
             if rollback == "auto" and self._n_draft == "auto" and self._tree is None
@@ -268,14 +271,17 @@ class Engine:
             self._target.close()
             raise
         # a recurrent or hybrid state is cut back after a rejected draft only where llama.cpp
-        # keeps snapshots of it (runtime/rollback.py)
+        # keeps snapshots of it (runtime/rollback.py); it verifies trees only where its memory
+        # holds a state per branch
         self._can_draft = self._target.max_draft != 0
+        self._max_tree = self._target.tree_nodes
         self._eog = self._target.model.eog_mask()
         self._chat = ChatFormatter(self._target.model, self._target.path)
         self._scheduler = Scheduler(
             has_drafter=self._drafter is not None,
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
+            branches=self._target.branches,
         )
         self._scheduler.recalibrate = self._recalibrate
         self._probe = Probe(cost_clock(self._rt.n_gpu_layers != 0 and N.gpu_offload_supported()))
@@ -324,6 +330,7 @@ class Engine:
             max_tree=self._max_tree,
             max_top_k=self._max_top_k,
             no_draft_note=self._target.rollback.why_not if not self._can_draft else "",
+            tree_note=self._target.tree_note,
             drafter_kind=self._drafter.kind if self._drafter is not None else "eagle",
         )
 
@@ -568,7 +575,12 @@ class Engine:
         except BaseException:
             self._empty_caches()
             raise
-        scheduler = Scheduler(has_drafter=True, max_tree=self._max_tree, max_top_k=self._max_top_k)
+        scheduler = Scheduler(
+            has_drafter=True,
+            max_tree=self._max_tree,
+            max_top_k=self._max_top_k,
+            branches=self._target.branches,
+        )
         scheduler.recalibrate = self._recalibrate
         return drafter, scheduler
 

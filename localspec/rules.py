@@ -43,6 +43,7 @@ class Drafting:
     max_tree: int  # nodes one verify batch holds
     max_top_k: int  # the widest frontier the drafter's batch holds
     no_draft_note: str = ""  # when it cannot draft: why (else the recurrent layers are named)
+    tree_note: str = ""  # when it verifies chains only (a recurrent target): why
     drafter_kind: str = "eagle"  # the loaded model drafter: "eagle", or "mtp" (the target's head)
 
 
@@ -151,6 +152,12 @@ def draft_mode(
         if shape.top_k > max(1, facts.max_top_k) or (
             not shape.is_chain and shape.budget > facts.max_tree
         ):
+            if facts.tree_note and not facts.max_tree:
+                raise InvalidParameterError(
+                    f"{spelling.tree.format(shape)} cannot run: {facts.architecture} verifies "
+                    f"chains only here ({facts.tree_note})",
+                    parameter="tree",
+                )
             raise InvalidParameterError(
                 f"{spelling.tree.format(shape)} does not fit this engine: at most "
                 f"{facts.max_tree} nodes (n_batch - 2) and top_k {facts.max_top_k} "

@@ -25,6 +25,7 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 from time import perf_counter
+from typing import Any
 
 import numpy as np
 
@@ -332,6 +333,9 @@ class CostModel:
         }
         self.acceptance = Acceptance()
         self.max_nodes = max_nodes
+        # a recurrent target verifies each branch of a tree in a sequence of its own, padded
+        # to the deepest (Target.verify_tree): at most this many (0: the leaves share rows)
+        self.branches = 0
         self._plan: Plan | None = None
         self._searched: Plan | None = None  # the last search's result (what auto intends)
         # no drafting pays even on optimistic acceptance: the engine then stops feeding the
@@ -377,12 +381,27 @@ class CostModel:
         speedup exceeds the tokens a step is expected to emit."""
         return max(seconds, self.step_time(None))
 
+    def tree_rows(self, nodes: Any, depth: Any, leaves: Any) -> np.ndarray:
+        """Rows a tree's verify decodes (arrays broadcast): its root and nodes; on a recurrent
+        target each leaf's path apart, padded to the deepest, leaves x (depth + 1), and -1
+        where it has more leaves than the target has branch sequences."""
+        nodes, depth, leaves = np.asarray(nodes), np.asarray(depth), np.asarray(leaves)
+        if not self.branches:
+            return np.broadcast_to(nodes + 1, np.broadcast_shapes(nodes.shape, depth.shape))
+        return np.where(leaves <= self.branches, leaves * (depth + 1), -1)
+
     def verify_step(self, shape: TreeShape) -> float:
         """Seconds of a draft step's verify and bookkeeping (no drafting): the target's decode
-        of the root and the draft's nodes, never less than a plain step."""
+        of the root and the draft's nodes, never less than a plain step. A tree on a recurrent
+        target is priced at the most rows its nodes can take (every node past the deepest
+        path a leaf of its own)."""
+        if shape.is_chain:
+            rows = 1 + min(shape.budget, shape.depth)
+        else:
+            leaves = min(shape.budget - shape.depth + 1, self.branches or shape.budget)
+            rows = int(self.tree_rows(shape.budget, shape.depth, max(leaves, 1)))
         mode = "chain" if shape.is_chain else "tree"
-        nodes = min(shape.budget, shape.depth) if shape.is_chain else shape.budget
-        return self.at_least_plain(self.verify(1 + nodes) + self.glue[mode].value)
+        return self.at_least_plain(self.verify(rows) + self.glue[mode].value)
 
     def drafting(self, shape: TreeShape) -> float:
         """Seconds the EAGLE drafter spends drafting this shape (0 without a drafter)."""
@@ -407,7 +426,8 @@ class CostModel:
         max_nodes = min(self.max_nodes, self.verify.max_measured - 1)
         if min(MAX_DEPTH, budget, max_nodes) < 1:
             return best
-        verify = self.verify.table(max_nodes + 1)  # t(0..max_nodes + 1), cached
+        measured = self.verify.max_measured
+        verify = self.verify.table(measured)  # t(0..measured), cached
         for k in top_ks:
             if k not in self.expand:  # widths the engine cannot draft were not calibrated
                 continue
@@ -416,8 +436,22 @@ class CostModel:
             gains = expected_gains(p, k, max_depth, max_nodes)
             glue = self.glue["chain" if k == 1 else "tree"].value
             # each step's verify and bookkeeping, no cheaper than a plain step; then drafting
-            checked = np.maximum(verify[2:] + glue, self.step_time(None))
-            times = checked[None, :] + (self.flush.value + depths * self.expand[k].value)[:, None]
+            if k == 1 or not self.branches:
+                checked = np.maximum(verify[2 : max_nodes + 2] + glue, self.step_time(None))
+                verifies = np.broadcast_to(checked[None, :], gains.shape)
+            else:
+                # a recurrent target's branches: as many rows as its nodes can take, never
+                # more than a measured decode nor more leaves than it holds sequences for
+                deep = depths[:, None] + 1
+                nodes = np.arange(1, max_nodes + 1)[None, :]
+                rows = self.tree_rows(nodes, deep, nodes - deep + 1)
+                fits = (rows > 0) & (rows <= measured)
+                verifies = np.where(
+                    fits,
+                    np.maximum(verify[np.where(fits, rows, 0)] + glue, self.step_time(None)),
+                    np.inf,
+                )
+            times = verifies + (self.flush.value + depths * self.expand[k].value)[:, None]
             rate = gains / times
             if np.isnan(rate).all():
                 continue

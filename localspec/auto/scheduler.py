@@ -60,12 +60,17 @@ RETIME_LATEST_S = 3600.0  # ... at the least (the interval doubles after each no
 class Scheduler:
     """Per step, the drafts to run within the limits left (tokens, context, batch capacity)."""
 
-    def __init__(self, *, has_drafter: bool, max_tree: int, max_top_k: int) -> None:
+    def __init__(
+        self, *, has_drafter: bool, max_tree: int, max_top_k: int, branches: int = 0
+    ) -> None:
         """max_tree: the most nodes a tree may verify (0: chains only); max_top_k: the widest
-        frontier the drafter's batch holds."""
+        frontier the drafter's batch holds; branches: a recurrent target's branch sequences
+        (0: the target's tree leaves share their common rows)."""
         self.has_drafter = has_drafter
         self.max_tree = max_tree
-        # no tree can be verified (a recurrent target verifies one sequence): chains only
+        self.branches = branches
+        # no tree can be verified (a recurrent target without room for a branch's state, or
+        # no model drafter): chains only
         self.max_top_k = max_top_k if max_tree else 1
         self.cost: CostModel | None = None  # from calibration, on the first auto call
         # time the machine again at the first auto call instead of using the stored
@@ -163,6 +168,7 @@ class Scheduler:
         # chains are verified in one sequence, as deep as a measured verify: no tree room
         # needed (a recurrent target, which verifies no trees, still drafts chains)
         self.cost = cal.cost_model(self.max_tree or MAX_DEPTH)
+        self.cost.branches = self.branches
         self.choice = SourceChoice(self.cost, max_nodes=max(self.max_tree, 1))
         if old is not None and old_choice is not None:
             self.cost.acceptance = old.acceptance

@@ -184,24 +184,31 @@ class SourceChoice:
         longest = min(offer.length, chain_cap)
         if longest < 1:
             return none
-        top = max(chain_cap, tree_cap)
-        verify = c.verify.table(top + 1)
+        verify = c.verify.table(c.verify.max_measured)  # t(0..measured), cached
         gain = np.cumsum(np.cumprod(a))[:longest]  # expected accepted tokens, chain of L
         lengths = np.arange(1, longest + 1)
         plain = c.step_time(None)
-        eagle_nodes = 0
+        eagle_nodes, eagle_depth, eagle_leaves = 0, 0, 0
         if eagle.shape is not None:
             s = eagle.shape
             eagle_nodes = s.depth if s.is_chain else s.budget
+            eagle_depth = s.depth
+            eagle_leaves = 1 if s.is_chain else s.budget - s.depth + 1
         alt_value = (1 - a[0]) * alt_rate * float(1.0 + np.cumprod(a[1:ALT_LEN]).sum())
         best = none
         for alts in range(0, min(offer.alternatives, 2) + 1):
             tokens = 1.0 + gain + alts * alt_value
             nodes = lengths + alts * ALT_LEN
-            ok = nodes <= (chain_cap if alts == 0 else tree_cap)
+            # rows of the verify: the root and the nodes, or on a recurrent target each
+            # branch apart (a chain is verified in the history's own sequence)
+            deep = np.maximum(lengths, ALT_LEN if alts else 0)
+            rows = nodes + 1 if alts == 0 else c.tree_rows(nodes, deep, 1 + alts)
+            ok = (nodes <= (chain_cap if alts == 0 else tree_cap)) & (rows > 0)
+            ok &= rows <= measured + 1
             if ok.any():
                 # verify and bookkeeping, never cheaper than a plain step; then the build
-                seconds = np.maximum(verify[np.minimum(nodes, top) + 1] + self.glue.value, plain)
+                at = np.where(ok, rows, 0)
+                seconds = np.maximum(verify[at] + self.glue.value, plain)
                 seconds = seconds + self.build.value
                 i = int(np.argmax(np.where(ok, tokens / seconds, 0.0)))
                 if tokens[i] / seconds[i] > best.tokens_per_s:
@@ -213,13 +220,14 @@ class SourceChoice:
             # the EAGLE draft beside it: worth its accepted tokens when the n-gram's first token
             # is rejected (independence assumed); its drafting costs what it costs alone
             both = nodes + eagle_nodes
-            ok = both <= tree_cap
+            rows = c.tree_rows(both, np.maximum(deep, eagle_depth), 1 + alts + eagle_leaves)
+            ok = (both <= tree_cap) & (rows > 0) & (rows <= measured + 1)
             if not ok.any():
                 continue
             assert eagle.shape is not None
             t_eagle = c.drafting(eagle.shape)
             m_tokens = tokens + (1 - a[0]) * (eagle.tokens - 1.0)
-            m_verify = np.maximum(verify[np.minimum(both, top) + 1] + self.glue.value, plain)
+            m_verify = np.maximum(verify[np.where(ok, rows, 0)] + self.glue.value, plain)
             m_seconds = m_verify + self.build.value + t_eagle
             i = int(np.argmax(np.where(ok, m_tokens / m_seconds, 0.0)))
             if m_tokens[i] / m_seconds[i] > best.tokens_per_s:

@@ -14,7 +14,13 @@ from .. import native as N
 from ..options import RuntimeOptions
 from ..runtime.drafter_spec import DrafterSpec
 from ..runtime.mtp import mtp_blocks
-from ..runtime.rollback import CHECKPOINT_DRAFT, SNAPSHOT_TAX, plan_rollback, size_text
+from ..runtime.rollback import (
+    CHECKPOINT_DRAFT,
+    SNAPSHOT_TAX,
+    plan_rollback,
+    size_text,
+    tree_branches,
+)
 from ..runtime.taps import GRAPH, STAGING, route_for
 from . import gguf_keys as K
 
@@ -96,15 +102,30 @@ def _recurrent(h: Any, arch: str, info: dict[str, Any]) -> dict[str, Any]:
         n_batch=RuntimeOptions().n_batch,
         weights_bytes=info["file_size"],
     )
+    # draft trees: a state per branch, each with its snapshots (checkpoints: none)
+    branches, no_trees = tree_branches(plan, info["file_size"])
     return {
         "rollback": plan.n_rs_seq > 0,
         "checkpoint": plan.checkpoint,
+        "tree_branches": branches,
+        "branch_bytes": (1 + plan.n_rs_seq) * plan.row_bytes if branches else None,
+        "no_trees": no_trees or None,
         "snapshots": plan.n_rs_seq,
         "snapshot_bytes": plan.memory,
         "row_bytes": plan.row_bytes,
         "why_not": plan.why_not or None,
         "lowered": plan.lowered or None,
     }
+
+
+def _trees(r: dict[str, Any]) -> str:
+    """What `info` says of draft trees on a recurrent target."""
+    if r.get("tree_branches"):
+        return (
+            f"; draft trees of up to {r['tree_branches']} branches, each verified in a "
+            f"sequence of its own ({size_text(r['branch_bytes'])} of state each)"
+        )
+    return f"; draft chains only ({r['no_trees']})" if r.get("no_trees") else ""
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -149,13 +170,13 @@ def format_info(info: dict[str, Any]) -> str:
                 f"{size_text(r['row_bytes'])} each){lowered}; chains of at most "
                 f"{r['snapshots']} tokens; under auto they are timed once here, and where "
                 f"they cost a plain step over {SNAPSHOT_TAX:.0%} each draft is verified from a "
-                "checkpoint instead"
+                "checkpoint instead" + _trees(r)
             )
         elif r is not None and r.get("checkpoint"):
             lines.append(
                 "  recurrent     no snapshots: each draft is verified from a checkpoint of its "
                 "state and the accepted tokens are decoded again after a rejection (auto "
-                f"drafts where that pays; chains of at most {CHECKPOINT_DRAFT} tokens)"
+                f"drafts where that pays; chains of at most {CHECKPOINT_DRAFT} tokens)" + _trees(r)
             )
         elif r is not None:
             lines.append(f"  recurrent     plain decoding only: {r['why_not']}")

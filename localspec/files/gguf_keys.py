@@ -69,10 +69,10 @@ STAGING_ARCHS = frozenset(
 
 # Recurrent and hybrid (state-space) architectures (llm_arch_is_recurrent / _hybrid in
 # vendor/llama.cpp/src/llama-arch.cpp, 0.3.36): their state is cut back after rejected drafts
-# by snapshots or a checkpoint (runtime/rollback.py), they verify chains only (one state per
-# sequence), and drafters tap them through the graph callback. The loaded model's own flags
-# (llama_model_is_recurrent / _hybrid) decide at load; this list lets `info` say so from the
-# header alone.
+# by snapshots or a checkpoint (runtime/rollback.py), they verify a tree's branches in a
+# sequence each (one state per sequence), and drafters tap them through the graph callback.
+# The loaded model's own flags (llama_model_is_recurrent / _hybrid) decide at load; this list
+# lets `info` say so from the header alone.
 RECURRENT_ARCHS = frozenset(
     {
         "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7",

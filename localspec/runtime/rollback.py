@@ -43,11 +43,14 @@ ROLLBACK_ARCHS = frozenset(
 _DELTA_NET = frozenset({"qwen35", "qwen35moe", "qwen4exp"})
 _SHORT_CONV = frozenset({"lfm2", "lfm2moe"})
 _MAMBA2 = frozenset({"nemotron_h", "nemotron_h_moe"})
-SIZED_ARCHS = _DELTA_NET | _SHORT_CONV | _MAMBA2
+_MAMBA = frozenset({"mamba", "mamba2"})  # every layer recurrent; llama.cpp keeps no snapshots
+SIZED_ARCHS = _DELTA_NET | _SHORT_CONV | _MAMBA2 | _MAMBA
 
 DEFAULT_RS_SEQ = 16  # snapshots kept: the longest draft a hybrid target verifies
 CHECKPOINT_DRAFT = 16  # the longest draft verified from a checkpoint (replays stay short)
 MEMORY_SHARE = 0.10  # of the model's weights, the most the snapshots may take
+# draft trees on a recurrent state: one sequence per branch, each with a state of its own
+MAX_BRANCHES = 8
 F32 = 4
 
 
@@ -105,6 +108,8 @@ def recurrent_row_bytes(arch: str, key: Any, n_embd: int) -> int | None:
         return recurrent * n_embd * (l_cache - 1) * F32
     d_conv, d_inner = key("ssm.conv_kernel"), key("ssm.inner_size")
     d_state, n_group = key("ssm.state_size"), key("ssm.group_count")
+    if arch == "mamba" and n_group is None:
+        n_group = 0  # Mamba-1 has no groups
     if not all(isinstance(v, int) and v >= 0 for v in (d_conv, d_inner, d_state, n_group)):
         return None
     if arch in _DELTA_NET:
@@ -120,6 +125,8 @@ def recurrent_row_bytes(arch: str, key: Any, n_embd: int) -> int | None:
         if kv is None or ff is None:
             return None
         recurrent = sum(1 for h, f in zip(kv, ff, strict=True) if h == 0 and f == 0)
+    elif arch in _MAMBA:
+        recurrent = n_layer
     else:
         return None
     conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
@@ -132,10 +139,10 @@ def plan_rollback(
     """The snapshots a target of this architecture keeps: DEFAULT_RS_SEQ, fewer where n_batch
     or the memory share allows fewer; a checkpoint before each verify instead where the
     architecture keeps none, none fits, or localspec cannot size them."""
+    row = recurrent_row_bytes(arch, key, n_embd)
     if arch not in ROLLBACK_ARCHS:
         # llama.cpp keeps no snapshots of their state: checkpoints and replays instead
-        return Rollback(0, 0, checkpoint=True)
-    row = recurrent_row_bytes(arch, key, n_embd)
+        return Rollback(0, row or 0, checkpoint=True)
     if row is None:  # snapshots localspec cannot size: a checkpoint needs no size
         return Rollback(
             0, 0, lowered=f"{arch}: snapshots localspec cannot size yet", checkpoint=True
@@ -156,6 +163,28 @@ def plan_rollback(
     return Rollback(n, row, lowered=lowered)
 
 
+def tree_branches(plan: Rollback, weights_bytes: int) -> tuple[int, str]:
+    """The branches a draft tree may have on a recurrent target (0: chains only, and why).
+
+    Attention caches share a tree's common prefix between its leaves; a recurrent state is one
+    per sequence, so each branch is verified in a sequence of its own holding its whole path
+    (Target.verify_tree). Each branch's state takes 1 + n_rs_seq rows of the recurrent state;
+    together with the history's snapshots they stay within MEMORY_SHARE of the weights."""
+    if not plan.n_rs_seq and not plan.checkpoint:
+        return 0, plan.why_not or "its recurrent state cannot be cut back"
+    if plan.row_bytes <= 0:
+        return 0, "draft trees need a recurrent state per branch, which localspec cannot size"
+    per = (1 + plan.n_rs_seq) * plan.row_bytes
+    fit = int((MEMORY_SHARE * weights_bytes - plan.memory) // per)
+    if fit < 2:
+        return 0, (
+            f"draft trees need a recurrent state per branch ({size_text(per)} each): fewer than "
+            f"2 fit in {MEMORY_SHARE:.0%} of the weights ({size_text(weights_bytes)})"
+            + (" beside the snapshots" if plan.n_rs_seq else "")
+        )
+    return min(MAX_BRANCHES, fit), ""
+
+
 class RollbackGuard:
     """Tracks, for one context, what llama.cpp can cut back now: after a decode of `batch`
     tokens, one cut of at most min(n_rs_seq, batch - 1) tokens."""
@@ -163,18 +192,24 @@ class RollbackGuard:
     def __init__(self, n_rs_seq: int) -> None:
         self.n_rs_seq = n_rs_seq
         self._last = 0  # tokens of the last decode (0: none since a cut or a clear)
+        # a cut is applied at the sequence's next decode: until then its state lies in a
+        # snapshot that a copy of the sequence (seq_cp) would not read
+        self.pending = False
 
     def decoded(self, n_tokens: int) -> None:
         self._last = n_tokens
+        self.pending = False
 
     def reset(self) -> None:
         self._last = 0
+        self.pending = False
 
     def can_cut(self, back: int) -> bool:
         return 0 < back <= min(self.n_rs_seq, self._last - 1)
 
     def cut(self) -> None:
         self._last = 0  # a second cut must wait for the next decode
+        self.pending = True
 
 
 # --- what the snapshots cost each step ----------------------------------------------------------

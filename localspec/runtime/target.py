@@ -4,6 +4,11 @@ The cache bookkeeping lives here: ``tokens`` is the token at every position of s
 committed history that later calls can reuse), draft trees are verified in extra sequences,
 and cells of rejected tree nodes are parked in a gap sequence so that cell order stays the
 order plain decoding would have (see ``commit_tree``).
+
+A recurrent or hybrid target keeps one state per sequence, which a tree's leaves cannot share:
+there each branch is verified in a sequence of its own holding its whole path from the root,
+forked from the history (``seq_cp``: llama.cpp copies the state at the decode), all branches
+padded to one length so that they fill one ubatch (see ``_verify_branches``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from .. import native as N
 from ..errors import ContextFullError, GenerationError, SessionStateError, UnsupportedModelError
 from ..native.header_checks import check_header
 from ..options import RuntimeOptions
-from .rollback import ROLLBACK_ARCHS, Rollback, RollbackGuard, plan_rollback
+from .rollback import ROLLBACK_ARCHS, Rollback, RollbackGuard, plan_rollback, tree_branches
 from .taps import GRAPH, STAGING, CallbackTaps, NextnTaps, StagingTaps, input_node, route_for
 
 
@@ -72,8 +77,6 @@ class Target:
         trained_ctx = self.header.arch_key("context_length")
         if not isinstance(trained_ctx, int) or not 0 < trained_ctx <= 1 << 24:  # n_ctx's limit
             trained_ctx = 0
-        # sequences: 0 the history, 1..tree_nodes one per tree leaf, then the gap sequence
-        self.gap_seq = tree_nodes + 1
         self.tap_route = tap_route or route_for(self.architecture)
         # a recurrent or hybrid state: snapshots to cut it back after rejected drafts, where
         # llama.cpp keeps them (none: the target decodes plainly)
@@ -89,7 +92,7 @@ class Target:
                 f"{self.architecture}: loaded for plain decoding (draft_source none), so no "
                 + kept,
             )
-        elif self.recurrent and (n_seq > 1 or tree_nodes):
+        elif self.recurrent and n_seq > 1:
             # drafts are verified in one sequence: parallel ones (training data) keep none
             self.rollback = Rollback(
                 0, 0, f"{self.architecture}: parallel sequences keep no snapshots of its state"
@@ -115,6 +118,17 @@ class Target:
                 except BaseException:
                     self.model.close()
                     raise
+        # draft trees: on attention caches, sequences 0 the history, 1..tree_nodes one per
+        # leaf, then the gap sequence; on a recurrent state, 1..branches one per branch (as
+        # many as its memory allows: each holds a state of its own), no gap sequence
+        self.branches = 0
+        self.tree_note = ""  # why a recurrent target verifies chains only
+        if self.recurrent and tree_nodes:
+            self.branches, self.tree_note = tree_branches(self.rollback, self.model.size_bytes)
+            if not self.branches:
+                tree_nodes = 0
+        self.gap_seq = tree_nodes + 1
+        n_seq_tree = 1 + self.branches if self.branches else (self.gap_seq + 1 if tree_nodes else 1)
         asked = rt.n_ctx or trained_ctx or 4096
         self._ctx_args: dict[str, Any] = {
             "n_ctx": asked,
@@ -122,7 +136,7 @@ class Target:
             "n_threads": rt.threads,
             "kv_type": rt.kv_type,
             "flash_attn": rt.flash_attn,
-            "n_seq_max": max(n_seq, self.gap_seq + 1 if tree_nodes else 1),
+            "n_seq_max": max(n_seq, n_seq_tree),
             # parallel sequences get a KV stream each, so attention stays per sequence (a
             # draft tree needs one unified stream, a sequence id per leaf); the graph callback
             # needs one stream too: with several, llama.cpp reorders rows by sequence
@@ -153,13 +167,20 @@ class Target:
         self._tap_source: StagingTaps | CallbackTaps | NextnTaps | None = None
         self._census: set[bytes] | None = None  # graph node names (graph callback route)
         self._batch = N.Batch(self.n_batch)
-        self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes) if tree_nodes else None
+        self._tree_batch = None
+        if self.branches:  # one sequence per row, as many rows as a decode holds
+            self._tree_batch = N.Batch(self.n_batch)
+        elif tree_nodes:
+            self._tree_batch = N.Batch(tree_nodes + 1, seqs_per_row=tree_nodes)
         self._fingerprint: str | None = None
         # a recurrent state without snapshots: (position, its copy) before the last verify
         self._checkpoint: tuple[int, np.ndarray] | None = None
         self.tokens: list[int] = []  # the token at each position of sequence 0
         self._gaps: list[int] = []  # positions of cells parked in the gap sequence
         self._tree: tuple[list[list[int]], list[int]] | None = None  # last verified tree
+        # on a recurrent state: the last verified tree's branches (each its nodes, root to
+        # leaf), their padded length, and each verify row's batch row (root first)
+        self._branched: tuple[list[list[int]], int, np.ndarray] | None = None
 
     # --- taps --------------------------------------------------------------------------------
 
@@ -402,7 +423,7 @@ class Target:
         gaps = state.gaps
         if any(not 0 <= p < self.n_ctx for p in gaps):
             raise SessionStateError("its parked cells lie outside the context")
-        if gaps and not self.tree_nodes:
+        if gaps and (not self.tree_nodes or self.branches):
             raise SessionStateError("it parks tree cells, which this target never verifies")
         if not self.ctx.state_set(state.memory):
             detail = N.last_errors() or "no detail"
@@ -410,7 +431,9 @@ class Target:
             raise SessionStateError(f"llama.cpp refused the target's saved state ({detail})")
         # the cells llama.cpp restored must agree with the history and the parked positions
         if self.ctx.seq_pos_max() != n - 1 or (
-            self.tree_nodes and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
+            self.tree_nodes
+            and not self.branches
+            and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
         ):
             self.clear()
             raise SessionStateError("the target's saved cells disagree with its history")
@@ -435,11 +458,38 @@ class Target:
             free = self.n_ctx - self.n
         return free
 
+    def fit_tree(self, parents: list[int], depths: list[int]) -> list[int] | None:
+        """The nodes of a draft tree this target can verify in one decode: None for all of
+        them; else the paths to the first leaves (in node order) that fit. Only a recurrent
+        target drops any: its branches are verified apart (as many as it holds sequences for),
+        padded to the deepest one's length, in free cells."""
+        if not self.branches:
+            return None
+        leaves, _ = leaf_sequences(parents)
+        rows = min(self.n_batch, self.cells - self.n)  # a decode's rows, the free cells
+        kept, deepest = 0, 0
+        for leaf in leaves:
+            d = max(deepest, depths[leaf])
+            if kept == self.branches or (kept + 1) * (d + 1) > rows or self.n + d >= self.n_ctx:
+                break
+            kept, deepest = kept + 1, d
+        if kept == len(leaves):
+            return None
+        keep: set[int] = set()
+        for leaf in leaves[:kept]:
+            node = leaf
+            while node >= 0 and node not in keep:
+                keep.add(node)
+                node = parents[node]
+        return sorted(keep)
+
     def verify_tree(
         self, root: int, tokens: list[int], depths: list[int], parents: list[int]
     ) -> np.ndarray:
         """Decode the chosen-but-undecoded root token and a draft tree after the history, each
         node at position n + depth, in one batch; logits of every row (root first)."""
+        if self.branches:
+            return self._verify_branches(root, tokens, depths, parents)
         b = self._tree_batch
         n = len(tokens) + 1
         if b is None or n > b.capacity:
@@ -465,6 +515,9 @@ class Target:
         would land in them and attention would sum the cache in another order than plain
         decoding does, which with an f16 cache moves logits by ~0.1 and flips near-ties. Rows
         map to consecutive cells."""
+        if self.branches:
+            self._commit_branch(root, path, tokens)
+            return
         assert self._tree is not None, "commit_tree without verify_tree"
         seqs, depths = self._tree
         n, m = self.n, len(path)
@@ -482,6 +535,114 @@ class Target:
         self.tokens.append(root)
         self.tokens.extend(tokens[i] for i in path)
         self._tree = None
+
+    def _verify_branches(
+        self, root: int, tokens: list[int], depths: list[int], parents: list[int]
+    ) -> np.ndarray:
+        """verify_tree on a recurrent state: sequence s (1..) holds the root and the path to
+        leaf s, padded (with its last token) to the deepest leaf's length, so every sequence
+        brings the same number of rows and the decode is one ubatch (llama.cpp's rollback
+        snapshots cover a sequence's last ubatch only). Only the first row of each node asks
+        for logits. The history is forked into each (seq_cp: its state is copied at the
+        decode); a cut still pending on it is applied first, as the copy would read the
+        state before the cut."""
+        b = self._tree_batch
+        assert b is not None
+        leaves, _ = leaf_sequences(parents)
+        length = max(depths[leaf] for leaf in leaves) + 1
+        rows = len(leaves) * length
+        if len(leaves) > self.branches or rows > b.capacity:
+            raise ValueError(
+                f"tree of {len(leaves)} branches of {length} rows exceeds this target's "
+                f"{self.branches} branch sequences or its batch"
+            )
+        if self.n + length > self.n_ctx or self.n + rows > self.cells:
+            raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
+        if self._guard.pending:
+            self._apply_cut()
+        paths: list[list[int]] = []
+        seq = np.empty(rows, np.int32)
+        out = np.zeros(rows, np.int8)
+        where = np.empty(len(tokens) + 1, np.int64)  # verify row -> batch row
+        seen: set[int] = set()
+        pos = np.tile(np.arange(self.n, self.n + length, dtype=np.int32), len(leaves))
+        for s, leaf in enumerate(leaves):
+            path = []
+            node = leaf
+            while node >= 0:
+                path.append(node)
+                node = parents[node]
+            path.reverse()
+            paths.append(path)
+            r0 = s * length
+            row = [root, *(tokens[i] for i in path)]
+            row += [row[-1]] * (length - len(row))
+            b.token[r0 : r0 + length] = row
+            seq[r0 : r0 + length] = s + 1
+            if s == 0:
+                out[r0], where[0] = 1, r0
+            for k, node in enumerate(path, start=1):
+                if node not in seen:
+                    seen.add(node)
+                    out[r0 + k], where[node + 1] = 1, r0 + k
+        for s in range(1, len(leaves) + 1):
+            self.ctx.seq_cp(0, s, 0, self.n)
+        b.set_rows(pos, seq, logits=out)
+        self.ctx.decode(b, "target tree batch (one sequence per branch)")
+        logits = self.ctx.logits(int(out.sum()))
+        # the logits come in batch order of the rows that asked for them
+        first = np.cumsum(out) - 1
+        order = first[where]
+        self._branched = (paths, length, where)
+        if np.array_equal(order, np.arange(len(order))):
+            return logits
+        return logits[order]
+
+    def _apply_cut(self) -> None:
+        """Make a cut still pending on the history's recurrent state happen now: its state
+        read out (from the snapshot the cut points at) and written back. A state llama.cpp
+        refuses to write back is rebuilt from the history, never used."""
+        self._guard.reset()
+        state = self.ctx.state_get(0, partial=True)
+        if not self.ctx.state_set(state, 0, partial=True):
+            self._rebuild(self.n)
+
+    def _commit_branch(self, root: int, path: list[int], tokens: list[int]) -> None:
+        """commit_tree on a recurrent state. The branch holding the accepted path becomes the
+        history (seq_cp into sequence 0: its cells and its state); its rows past the path are
+        cut back by its snapshots where they allow, else the history keeps its state from
+        before the verify and the root and path are decoded again on it (a replay, as a
+        checkpoint's). Every branch sequence is then dropped."""
+        assert self._branched is not None, "commit_tree without verify_tree"
+        paths, length, _ = self._branched
+        self._branched = None
+        n, keep = self.n, self.n + len(path) + 1
+        s = next(i for i, p in enumerate(paths) if p[: len(path)] == path) + 1
+        past = n + length - keep  # the branch's rows after the accepted path
+        whole = past == 0 or 0 < past <= min(self.rollback.n_rs_seq, length - 1)
+        if whole:
+            self.ctx.seq_cp(s, 0, n, keep)
+        for b in range(1, len(paths) + 1):
+            self.ctx.seq_drop(b)
+        kept = [root, *(tokens[i] for i in path)]
+        if not whole:
+            with self._untapped():  # the verify's taps were read before the commit
+                self.decode(kept, all_logits=False)
+            return
+        self.tokens.extend(kept)
+        self._guard.decoded(length)
+        if past:
+            self.ctx.seq_rm(keep)
+            self._guard.cut()
+
+    def read_verify_taps(self, rows: list[int]) -> np.ndarray:
+        """The taps of these rows of the last verify (0: the root, i + 1: node i), read
+        before it is committed."""
+        if self._branched is not None:
+            where = self._branched[2][rows]
+            return self.read_taps(int(where.max()) + 1)[where]
+        taps = self.read_taps(rows[-1] + 1)
+        return taps if rows == list(range(len(rows))) else taps[rows]
 
     # --- independent sequences (training data) -------------------------------------------------
 

@@ -119,6 +119,32 @@ class DraftTree:
             alternatives=[new[i] for i in self.alternatives],
         )
 
+    def only(self, nodes: list[int]) -> DraftTree:
+        """The tree of these nodes alone (each one's parent among them, in increasing order):
+        what a target that cannot verify all of it keeps."""
+        new = {old: i for i, old in enumerate(nodes)}
+        new[-1] = -1
+        return DraftTree(
+            tokens=[self.tokens[o] for o in nodes],
+            parents=[new[self.parents[o]] for o in nodes],
+            depths=[self.depths[o] for o in nodes],
+            sources=[self.sources[o] for o in nodes],
+            scores={new[k]: v for k, v in self.scores.items() if k in new},
+            q={new[k]: v for k, v in self.q.items() if k in new},
+            spine={s: _prefix_in(chain, new) for s, chain in self.spine.items()},
+            alternatives=[new[i] for i in self.alternatives if i in new],
+        )
+
+
+def _prefix_in(chain: list[int], new: dict[int, int]) -> list[int]:
+    """A source's chain renumbered, up to its first node not kept."""
+    out = []
+    for i in chain:
+        if i not in new:
+            break
+        out.append(new[i])
+    return out
+
 
 def merge(base: DraftTree, other: DraftTree) -> DraftTree:
     """base with other's nodes added (shared prefixes become shared nodes); other's scores and

@@ -143,6 +143,11 @@ class SpecState:
                 # the n-gram chain first: when it was worth drafting beside a model's draft it
                 # is the likelier path, and a path's rows first keeps its cache cells together
                 tree = merge(ng, tree) if len(tree) else ng
+        if not tree.is_chain:
+            # a recurrent target verifies each branch apart: those past its room are dropped
+            keep = self.target.fit_tree(tree.parents, tree.depths)
+            if keep is not None:
+                tree = tree.only(keep)
         return tree
 
     def verify(self, last: int, tree: DraftTree) -> np.ndarray:
@@ -163,7 +168,7 @@ class SpecState:
         if self.fed:
             rows = [0] + [i + 1 for i in out.path]
             with self.probe.span("feed"):
-                taps = tgt.read_taps(rows[-1] + 1)
+                taps = tgt.read_verify_taps(rows)
         if tree.is_chain:
             if m < len(tree):
                 tgt.keep(tgt.n - len(tree) + m)  # the verify decode appended every row
@@ -173,7 +178,7 @@ class SpecState:
             if taps is not None:
                 assert self.drafter is not None
                 # pairs for P = n..n+m: (token[P+1], g[P]) = the accepted drafts, then y
-                self.drafter.queue(emitted, taps if rows == list(range(len(rows))) else taps[rows])
+                self.drafter.queue(emitted, taps)
             if self.indexing:
                 self.ngram.extend(emitted)
 

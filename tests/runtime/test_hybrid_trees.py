@@ -1,0 +1,338 @@
+"""Draft trees on recurrent and hybrid targets: each branch verified in a sequence of its own
+(Target.verify_tree), the accepted one made the history (cut back by its snapshots, or its
+path decoded again), as many branches as the memory share holds. Checked row by row against
+plain decoding, through the engine with the target's own MTP head and EAGLE drafters, and in
+the cost model that prices them."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import numpy as np
+import pytest
+
+import localspec
+from localspec.errors import InvalidParameterError
+from localspec.lowlevel import parts
+from localspec.native import library
+from localspec.options import RuntimeOptions
+from localspec.runtime import rollback as rb
+from localspec.runtime.rollback import MAX_BRANCHES, Rollback, tree_branches
+from localspec.runtime.target import Target
+from localspec.speculation.drafttree import DraftTree
+from localspec.speculation.tree import TreeShape
+
+from helpers import costs
+from helpers import tinymodels as tm
+from helpers.greedy import assert_greedy_lossless
+
+EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
+WRITERS = {
+    "qwen35": tm.write_qwen35_target,
+    "lfm2": tm.write_lfm2_target,
+    "nemotron_h": tm.write_nemotron_h_target,
+    "mamba": tm.write_mamba_target,  # no snapshots in llama.cpp: checkpoints only
+}
+MODES = [(a, "snapshots") for a in ("qwen35", "lfm2", "nemotron_h")] + [
+    (a, "checkpoint") for a in WRITERS
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("hybrid-trees")
+    return {a: w(str(d / f"{a}.gguf")) for a, w in WRITERS.items()}
+
+
+@pytest.fixture
+def roomy(monkeypatch) -> None:
+    """The tiny files' weights are a few hundred KiB: within the usual share the snapshots
+    leave no room for a branch's state. A larger share (four times the weights) lets both be
+    tested."""
+    monkeypatch.setattr(rb, "MEMORY_SHARE", 4.0)
+
+
+def _plain(path: str, prompt: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
+    """Plain greedy decoding one token at a time: the tokens, and the logits each was chosen
+    from (rows[i] chose toks[i])."""
+    t = Target(path, RuntimeOptions(**EXACT))
+    try:
+        logits = np.array(t.prefill(prompt)[0])
+        toks, rows = [], []
+        for _ in range(n):
+            toks.append(int(np.argmax(logits)))
+            rows.append(logits)
+            logits = np.array(t.decode([toks[-1]], all_logits=False)[0])
+        return toks, rows
+    finally:
+        t.close()
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    return bool(np.abs(got - want).max() < 1e-3 * max(1.0, float(np.abs(want).max())))
+
+
+def _wrong(rng: np.random.Generator, n_vocab: int, right: int) -> int:
+    t = int(rng.integers(0, n_vocab - 1))
+    return t + 1 if t >= right else t
+
+
+def _tree(rng, truth: list[int], n_vocab: int, branches: int, depth: int) -> DraftTree:
+    """branches paths under the root, one of them (at random) the truth for a random number
+    of tokens; the others share a random prefix of it, then leave it."""
+    tree = DraftTree()
+    true_at = int(rng.integers(0, branches))
+    for b in range(branches):
+        length = int(rng.integers(1, depth + 1))
+        shared = int(rng.integers(0, length + 1)) if b == true_at else int(rng.integers(0, length))
+        path = truth[:shared]
+        if len(path) < length:
+            path.append(_wrong(rng, n_vocab, truth[len(path)]))
+        path += [int(x) for x in rng.integers(0, n_vocab, length - len(path))]
+        parent = -1
+        for tok in path:
+            parent = tree.add(tok, parent, "test")
+    return tree.ordered()
+
+
+@pytest.mark.parametrize(("arch", "mode"), MODES)
+def test_branches_verify_and_commit_as_plain_decoding(files, roomy, arch, mode) -> None:
+    """Random trees (2 to all branches, shared prefixes, the accepted path anywhere), chains
+    and plain steps in random order: every verified row on the accepted path, and every
+    token's logits after it, equal plain decoding's. A state the commit left wrong (the cut
+    not applied, a branch's state copied from before a pending cut) would differ by whole
+    logits from there on."""
+    path = files[arch]
+    rng = np.random.default_rng(7)
+    prompt = [int(x) for x in rng.integers(0, 200, 10)]
+    toks, rows = _plain(path, prompt, 90)
+    t = Target(
+        path,
+        RuntimeOptions(**EXACT),
+        tree_nodes=62,
+        rollback="checkpoint" if mode == "checkpoint" else True,
+    )
+    try:
+        assert t.rollback.checkpoint == (mode == "checkpoint")
+        assert t.branches >= 2 and t.tree_nodes == 62, t.tree_note
+        assert _close(np.array(t.prefill(prompt)[0]), rows[0])
+        i, kinds = 0, {"tree": 0, "chain": 0, "plain": 0, "whole": 0, "pending": 0}
+        max_depth = min(t.max_draft or 4, 4)
+        while i + max_depth + 1 < len(toks):
+            last, truth = toks[i], toks[i + 1 : i + 1 + max_depth]
+            kind = ["tree", "tree", "tree", "chain", "plain"][int(rng.integers(0, 5))]
+            n0 = t.n
+            if kind == "tree":
+                kinds["pending"] += t._guard.pending
+                tree = _tree(rng, truth, t.n_vocab, int(rng.integers(2, t.branches + 1)), max_depth)
+                logits = t.verify_tree(last, tree.tokens, tree.depths, tree.parents)
+                accepted, node = [], -1
+                for want in truth:
+                    kids = {tree.tokens[c]: c for c in range(len(tree)) if tree.parents[c] == node}
+                    if want not in kids:
+                        break
+                    node = kids[want]
+                    accepted.append(node)
+                assert _close(logits[0], rows[i + 1])
+                for k, node in enumerate(accepted):
+                    assert _close(logits[node + 1], rows[i + 2 + k]), (arch, i, k)
+                leaf_depth = max(tree.depths)
+                kinds["whole"] += len(accepted) == leaf_depth
+                t.commit_tree(last, accepted, tree.tokens)
+                i += len(accepted) + 1
+            elif kind == "chain":
+                a = int(rng.integers(0, max_depth + 1))
+                draft = truth[:a] + ([_wrong(rng, t.n_vocab, truth[a])] if a < max_depth else [])
+                logits = t.decode([last, *draft], all_logits=True)
+                for k in range(a + 1):
+                    assert _close(logits[k], rows[i + 1 + k]), (arch, i, k)
+                t.keep(n0 + a + 1)
+                i += a + 1
+            else:
+                assert _close(np.array(t.decode([last], all_logits=False)[0]), rows[i + 1])
+                i += 1
+            kinds[kind] += 1
+            assert t.tokens == prompt + toks[:i]
+        assert _close(np.array(t.decode([toks[i]], all_logits=False)[0]), rows[i + 1])
+        assert kinds["tree"] >= 10 and kinds["chain"] and kinds["plain"] and kinds["whole"]
+        if mode == "snapshots":  # a tree forked from a history whose cut was still pending
+            assert kinds["pending"] > 0
+    finally:
+        t.close()
+
+
+def test_a_tree_wider_than_the_branches_or_the_batch_is_cut_to_its_first_paths(files) -> None:
+    t = Target(files["qwen35"], RuntimeOptions(**EXACT), tree_nodes=62, rollback="checkpoint")
+    try:
+        b = t.branches
+        assert 2 <= b <= MAX_BRANCHES
+        # b + 2 leaves under the root, the first with a child: the first b paths are kept
+        parents = [-1, 0] + [-1] * (b + 1)
+        depths = [1, 2] + [1] * (b + 1)
+        keep = t.fit_tree(parents, depths)
+        assert keep == list(range(b + 1))
+        assert t.fit_tree(parents[: b + 1], depths[: b + 1]) is None  # b leaves: all of it
+    finally:
+        t.close()
+
+
+def test_branches_are_what_the_memory_share_holds() -> None:
+    row = 1000
+    weights = 100_000  # 10%: 10 000 bytes
+    assert tree_branches(Rollback(0, row, checkpoint=True), weights) == (MAX_BRANCHES, "")
+    b, why = tree_branches(Rollback(4, row), weights)  # 4 rows of snapshots, 5 per branch
+    assert b == 0 and "fewer than 2 fit in 10% of the weights" in why and "snapshots" in why
+    assert tree_branches(Rollback(1, row), weights)[0] == 4  # (10 000 - 1 000) // 2 000
+    assert tree_branches(Rollback(0, 0, "loaded for plain decoding"), weights)[0] == 0
+    assert "cannot size" in tree_branches(Rollback(0, 0, checkpoint=True), weights)[1]
+
+
+def test_a_qwen35_27b_like_shape_has_branches_only_beside_checkpoints() -> None:
+    """About 150 MiB a state row and 16 GiB of weights: the 10 snapshots the share holds
+    leave no room for a branch; without them it holds the most branches, 150 MiB each."""
+    keys = {
+        "block_count": 64, "full_attention_interval": 4, "ssm.conv_kernel": 4,
+        "ssm.inner_size": 48 * 128, "ssm.state_size": 128, "ssm.group_count": 16,
+    }  # fmt: skip
+    plan = rb.plan_rollback("qwen35", keys.get, n_embd=5120, n_batch=512, weights_bytes=16 << 30)
+    assert plan.n_rs_seq == 10
+    assert tree_branches(plan, 16 << 30)[0] == 0
+    checkpoint = Rollback(0, plan.row_bytes, checkpoint=True)
+    assert tree_branches(checkpoint, 16 << 30) == (MAX_BRANCHES, "")
+
+
+@pytest.mark.parametrize(("arch", "mode"), [("qwen35", "snapshots"), ("lfm2", "checkpoint")])
+def test_the_branch_states_are_what_llama_cpp_allocates(
+    files, roomy, arch, mode, monkeypatch
+) -> None:
+    """llama.cpp logs the recurrent memory it allocates: a state for the history and one per
+    branch, each with its snapshots."""
+    log: collections.deque[str] = collections.deque(maxlen=100_000)
+    monkeypatch.setattr(library, "_recent_log", log)  # the log callback appends to it
+    t = Target(
+        files[arch],
+        RuntimeOptions(**EXACT),
+        tree_nodes=62,
+        rollback="checkpoint" if mode == "checkpoint" else True,
+    )
+    try:
+        b, r = t.branches, t.rollback
+        logged = re.search(r"llama_memory_recurrent: size = +([0-9.]+) MiB", "".join(log))
+    finally:
+        t.close()
+    assert b >= 2 and logged is not None
+    want = (1 + b) * (1 + r.n_rs_seq) * r.row_bytes
+    assert abs(float(logged.group(1)) - want / 2**20) <= 0.006, (logged.group(0), want)
+
+
+# --- through the engine ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def agreeing(tmp_path_factory) -> str:
+    """qwen35 whose MTP head agrees with it (drafts accepted)."""
+    return tm.write_qwen35_target(
+        str(tmp_path_factory.mktemp("mtp-trees") / "agree.gguf"), mtp=True, cycle=8
+    )
+
+
+@pytest.mark.parametrize("rollback", ["snapshots", "checkpoint"])
+@pytest.mark.parametrize("shape", [(3, 2, 5), (4, 3, 8), (2, 4, 6)])
+def test_mtp_trees_on_a_hybrid_are_lossless_and_accepted(agreeing, roomy, rollback, shape) -> None:
+    with localspec.load(agreeing, draft_source="mtp", rollback=rollback, **EXACT) as eng:
+        target = parts(eng).target
+        assert target.branches >= 2 and eng.drafting.max_tree > 0
+        prompt = "the cat sat on the mat; the dog"
+        c = eng.complete(prompt, max_tokens=60, tree=shape)
+        s = eng.last_stats.sources["mtp"]
+        steps = eng.last_stats.steps
+        # more nodes per step than a chain of the tree's depth: trees were verified
+        assert s.drafted > shape[0] * steps and s.accepted > 0, (s, steps)
+        assert_greedy_lossless(eng, prompt, c)
+
+
+def test_a_fixed_tree_verifies_its_branches_from_checkpoints_under_auto(agreeing) -> None:
+    """Under rollback="auto" a fixed tree needs no snapshots (a branch cut short is decoded
+    again), and the memory they would take holds more branches."""
+    with localspec.load(agreeing, draft_source="mtp", tree=(3, 2, 5), **EXACT) as eng:
+        target = parts(eng).target
+        assert target.rollback.checkpoint and target.branches >= 2
+        c = eng.complete("the cat", max_tokens=40)
+        assert eng.last_stats.sources["mtp"].accepted > 0
+        assert_greedy_lossless(eng, "the cat", c)
+
+
+def test_a_tree_where_the_memory_holds_no_branch_is_one_clear_error(agreeing) -> None:
+    with localspec.load(agreeing, draft_source="mtp", rollback="snapshots", **EXACT) as eng:
+        assert parts(eng).target.branches == 0 and eng.drafting.max_tree == 0
+        with pytest.raises(InvalidParameterError, match="verifies chains only here"):
+            eng.complete("the cat", max_tokens=4, tree=(3, 2, 5))
+        c = eng.complete("the cat", max_tokens=30, n_draft=3)  # chains still run
+        assert eng.last_stats.sources["mtp"].accepted > 0
+        assert_greedy_lossless(eng, "the cat", c)
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "lfm2", "mamba"])
+def test_eagle_trees_on_recurrent_targets_are_lossless(files, roomy, arch, tmp_path) -> None:
+    """A random drafter: nearly every branch is rejected (the root's own token kept, the
+    branches dropped), through the graph callback's taps."""
+    d = tm.random_drafter_for(files[arch], str(tmp_path / "d.eagle3.gguf"), taps=(1, 2, 3))
+    with localspec.load(files[arch], draft=d, rollback="checkpoint", **EXACT) as eng:
+        assert parts(eng).target.branches >= 2
+        prompt = "the cat sat on the mat"
+        c = eng.complete(prompt, max_tokens=40, tree=(3, 2, 5))
+        assert eng.last_stats.sources["eagle"].drafted > 3 * eng.last_stats.steps
+        assert_greedy_lossless(eng, prompt, c)
+
+
+# --- the cost model ----------------------------------------------------------------------------
+
+
+def test_a_recurrent_targets_tree_is_priced_at_its_branches_rows() -> None:
+    m = costs.model({n: 10e-3 * (1 + 0.5 * (n - 1)) for n in range(1, 64)})
+    shape = TreeShape(3, 2, 6)  # at most 4 leaves (6 nodes, 3 deep)
+    attention = m.verify_step(shape)
+    m.branches = 8
+    assert m.verify_step(shape) > attention  # 4 x 4 rows against 7
+    assert m.verify_step(shape) == pytest.approx(m.verify(16) + m.glue["tree"].value)
+    m.branches = 2  # pruned to 2 branches: 2 x 4 rows
+    assert m.verify_step(shape) == pytest.approx(m.verify(8) + m.glue["tree"].value)
+    assert m.tree_rows(6, 3, 3).item() == -1  # more leaves than branches: cannot be verified
+    chain = TreeShape(3, 1, 3)
+    assert m.verify_step(chain) == pytest.approx(m.verify(4) + m.glue["chain"].value)
+
+
+@pytest.mark.parametrize("branches", [0, 4])
+def test_auto_draws_trees_on_a_recurrent_target_only_where_their_rows_pay(branches) -> None:
+    """A verify curve flat up to 64 rows (a GPU's): trees pay on both layouts. One that grows
+    with the rows (this CPU's): an attention target's shared rows may still pay for a tree,
+    a recurrent target's branches, each its whole path, do not."""
+    flat = costs.model({n: 10e-3 * (1 + 0.002 * n) for n in range(1, 65)})
+    flat.branches = branches
+    costs.feed(flat, [0.45, 0.3, 0.1, 0.05, 0.1])
+    plan = flat.plan(16)
+    assert plan.shape is not None and not plan.shape.is_chain, plan
+    if branches:
+        s = plan.shape
+        rows = flat.tree_rows(s.budget, s.depth, s.budget - s.depth + 1)
+        assert 0 < rows <= 64
+    steep = costs.model({n: 10e-3 * costs.CPU_RATIO.get(n, n / 2) for n in range(1, 17)})
+    steep.branches = branches
+    costs.feed(steep, [0.45, 0.3, 0.1, 0.05, 0.1])
+    plan = steep.plan(16)
+    if branches:
+        assert plan.shape is None or plan.shape.is_chain, plan
+
+
+def test_info_says_how_many_branches_a_target_holds(files) -> None:
+    from localspec.files.fileinfo import describe, format_info
+
+    lf = describe(files["lfm2"])["recurrent"]
+    assert lf["tree_branches"] >= 2
+    assert lf["branch_bytes"] == (1 + lf["snapshots"]) * lf["row_bytes"]
+    assert f"draft trees of up to {lf['tree_branches']} branches" in format_info(
+        describe(files["lfm2"])
+    )
+    q = format_info(describe(files["qwen35"]))
+    assert "draft chains only (draft trees need a recurrent state per branch" in q

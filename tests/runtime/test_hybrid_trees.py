@@ -25,6 +25,7 @@ from localspec.speculation.tree import TreeShape
 
 from helpers import costs
 from helpers import tinymodels as tm
+from helpers.chisquare import chi2_critical, chi2_of_samples, exact_distribution
 from helpers.greedy import assert_greedy_lossless
 
 EXACT = {"kv_type": "f32", "flash_attn": False, "n_threads": 2, "n_ctx": 512}
@@ -250,6 +251,28 @@ def test_mtp_trees_on_a_hybrid_are_lossless_and_accepted(agreeing, roomy, rollba
         # more nodes per step than a chain of the tree's depth: trees were verified
         assert s.drafted > shape[0] * steps and s.accepted > 0, (s, steps)
         assert_greedy_lossless(eng, prompt, c)
+
+
+@pytest.mark.parametrize("rollback", ["snapshots", "checkpoint"])
+def test_mtp_tree_sampling_on_a_hybrid_matches_target_distribution(
+    agreeing, roomy, rollback
+) -> None:
+    """Sampled completions through trees of the head's candidates, each branch verified in a
+    sequence of its own and the accepted one cut back or decoded again: the target's own
+    distribution (chi-square at p ~ 0.001)."""
+    with localspec.load(agreeing, draft_source="mtp", rollback=rollback, **EXACT) as eng:
+        assert parts(eng).target.branches >= 2
+        prompt = eng.tokenize("abc")
+        expected = exact_distribution(eng, prompt, length=4)
+        stat, df, acc = chi2_of_samples(
+            eng, prompt, expected, length=4, n_samples=2000, tree=(2, 2, 4)
+        )
+        mtp, shapes = eng.stats.sources["mtp"], eng.stats.shapes
+    # trees of two levels (two or more branches) were verified, their drafts kept and not
+    assert shapes.get("tree 2x2/4", 0) >= 1000, shapes
+    assert 0.05 < mtp.accepted / mtp.drafted < 0.95, mtp
+    assert df >= 5
+    assert stat < chi2_critical(df), (stat, df)
 
 
 def test_a_fixed_tree_verifies_its_branches_from_checkpoints_under_auto(agreeing) -> None:

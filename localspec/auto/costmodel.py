@@ -206,6 +206,11 @@ class Acceptance:
         out[last + 1 :] = prior
         return out
 
+    def first_rank0(self) -> float:
+        """P(rank 0) at depth 0: probabilities()[0, 0], without the other depths."""
+        c = self.counts[0]
+        return float(shrunk(c[0], c.sum(), _PRIOR0[0], PRIOR_WEIGHT))
+
     def first_rank0_bound(self) -> float:
         c = self.counts[0]
         n = c.sum() + PRIOR_WEIGHT
@@ -385,9 +390,9 @@ class CostModel:
         """Rows a tree's verify decodes (arrays broadcast): its root and nodes; on a recurrent
         target each leaf's path apart, padded to the deepest, leaves x (depth + 1), and -1
         where it has more leaves than the target has branch sequences."""
-        nodes, depth, leaves = np.asarray(nodes), np.asarray(depth), np.asarray(leaves)
         if not self.branches:
-            return np.broadcast_to(nodes + 1, np.broadcast_shapes(nodes.shape, depth.shape))
+            return np.asarray(nodes) + 1
+        depth, leaves = np.asarray(depth), np.asarray(leaves)
         return np.where(leaves <= self.branches, leaves * (depth + 1), -1)
 
     def verify_step(self, shape: TreeShape) -> float:
@@ -575,10 +580,16 @@ class CostModel:
         plain = self.step_time(None)
         best: tuple[float, int] | None = None  # (needed, k)
         fallback: tuple[float, int] | None = None  # no k can pay: the least hopeless
-        for k in range(1, min(MAX_DEPTH, self.verify.max_measured - 1) + 1):
-            shape = TreeShape(k, 1, k)
-            # without EAGLE in the call, a draft is the n-gram index's: no drafter runs
-            step = self.step_time(shape) if eagle else self.verify_step(shape)
+        # every chain's step at once, as verify_step and step_time price each: its verify and
+        # bookkeeping, never below a plain step, and (with EAGLE in the call) its drafting;
+        # without EAGLE a draft is the n-gram index's: no drafter runs
+        ks = np.arange(1, min(MAX_DEPTH, self.verify.max_measured - 1) + 1)
+        steps = self.verify.table(self.verify.max_measured)[ks + 1] + self.glue["chain"].value
+        steps = np.maximum(steps, plain)
+        if eagle and self.expand:
+            expand = self.expand.get(1) or self.expand[max(self.expand)]
+            steps = steps + (self.flush.value + (ks - 1) * expand.value)
+        for k, step in zip(ks.tolist(), steps.tolist(), strict=True):
             ratio = step / plain
             need = break_even(ratio, k)
             if need is not None and (best is None or need < best[0] - 1e-9):
@@ -595,7 +606,6 @@ class CostModel:
         chain = TreeShape(k, 1, k)
         verify_ratio = self.verify_step(chain) / plain
         cost_ratio = verify_ratio + (self.drafting(chain) / plain if eagle else 0.0)
-        p = self.acceptance.probabilities()
         seconds = self.step_time(plan.shape) if plan.shape is not None else plain
         return Verdict(
             shape=plan.shape,
@@ -606,7 +616,7 @@ class CostModel:
             cost_ratio=cost_ratio,
             verify_ratio=verify_ratio,
             needed=needed,
-            reached=float(p[0, 0]),
+            reached=self.acceptance.first_rank0(),
             drafts_seen=float(self.acceptance.counts[0].sum()),
             ready_tax=self.ready_tax / plain if plain > 0 else 0.0,
             switch_s=self.switch.value,

@@ -103,7 +103,7 @@ def _recurrent(h: Any, arch: str, info: dict[str, Any]) -> dict[str, Any]:
         weights_bytes=info["file_size"],
     )
     # draft trees: a state per branch, each with its snapshots (checkpoints: none)
-    branches, no_trees = tree_branches(plan, info["file_size"])
+    branches, no_trees = tree_branches(plan, info["file_size"], RuntimeOptions().n_batch)
     return {
         "rollback": plan.n_rs_seq > 0,
         "checkpoint": plan.checkpoint,

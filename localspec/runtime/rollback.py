@@ -163,19 +163,24 @@ def plan_rollback(
     return Rollback(n, row, lowered=lowered)
 
 
-def tree_branches(plan: Rollback, weights_bytes: int) -> tuple[int, str]:
+def tree_branches(plan: Rollback, weights_bytes: int, n_batch: int = 512) -> tuple[int, str]:
     """The branches a draft tree may have on a recurrent target (0: chains only, and why).
 
     Attention caches share a tree's common prefix between its leaves; a recurrent state is one
     per sequence, so each branch is verified in a sequence of its own holding its whole path
-    (Target.verify_tree). Each branch's state takes 1 + n_rs_seq rows of the recurrent state;
-    together with the history's snapshots they stay within MEMORY_SHARE of the weights."""
+    (Target.verify_tree), and the cells of branches rejected before the accepted one are parked
+    in one more sequence (which holds a state too). Each of those states takes 1 + n_rs_seq
+    rows; together with the history's snapshots they stay within MEMORY_SHARE of the weights.
+    A decode holds two rows of every branch, and llama.cpp at most n_batch sequences."""
     if not plan.n_rs_seq and not plan.checkpoint:
         return 0, plan.why_not or "its recurrent state cannot be cut back"
     if plan.row_bytes <= 0:
         return 0, "draft trees need a recurrent state per branch, which localspec cannot size"
+    if min(n_batch // 2, n_batch - 2) < 2:
+        return 0, f"n_batch {n_batch} holds no two branches"
     per = (1 + plan.n_rs_seq) * plan.row_bytes
-    fit = int((MEMORY_SHARE * weights_bytes - plan.memory) // per)
+    fit = int((MEMORY_SHARE * weights_bytes - plan.memory) // per) - 1  # less the parked cells'
+    fit = min(fit, n_batch // 2, n_batch - 2)
     if fit < 2:
         return 0, (
             f"draft trees need a recurrent state per branch ({size_text(per)} each): fewer than "

@@ -124,11 +124,14 @@ class Target:
         self.branches = 0
         self.tree_note = ""  # why a recurrent target verifies chains only
         if self.recurrent and tree_nodes:
-            self.branches, self.tree_note = tree_branches(self.rollback, self.model.size_bytes)
+            self.branches, self.tree_note = tree_branches(
+                self.rollback, self.model.size_bytes, rt.n_batch
+            )
             if not self.branches:
                 tree_nodes = 0
-        self.gap_seq = tree_nodes + 1
-        n_seq_tree = 1 + self.branches if self.branches else (self.gap_seq + 1 if tree_nodes else 1)
+        # the gap sequence parks rejected cells; a recurrent target's follows its branches
+        self.gap_seq = self.branches + 1 if self.branches else tree_nodes + 1
+        n_seq_tree = self.gap_seq + 1 if tree_nodes else 1
         asked = rt.n_ctx or trained_ctx or 4096
         self._ctx_args: dict[str, Any] = {
             "n_ctx": asked,
@@ -181,6 +184,8 @@ class Target:
         # on a recurrent state: the last verified tree's branches (each its nodes, root to
         # leaf), their padded length, and each verify row's batch row (root first)
         self._branched: tuple[list[list[int]], int, np.ndarray] | None = None
+        self.tree_rows = 0  # rows the last verify_tree decoded (on a recurrent target: all
+        # branches' padded paths)
 
     # --- taps --------------------------------------------------------------------------------
 
@@ -332,6 +337,11 @@ class Target:
         state is cut back by its snapshots where llama.cpp's rule allows (one cut after a
         decode, at most min(n_rs_seq, its tokens - 1)); otherwise it is rebuilt from the
         history, never left wrong."""
+        if self.recurrent and any(p >= n for p in self._gaps):
+            # a cut of the gap sequence would be read as a cut of its recurrent state: all of
+            # its cells go (later tokens may then round differently, as after room())
+            self.ctx.seq_drop(self.gap_seq)
+            self._gaps.clear()
         if self.recurrent and n < self.n:
             if self._guard.can_cut(self.n - n):
                 self.ctx.seq_rm(n)
@@ -355,6 +365,7 @@ class Target:
         self._gaps.clear()
         self._guard.reset()
         self._checkpoint = None
+        self._tree = self._branched = None  # a step that failed between verify and commit
 
     def _replay(self, n: int) -> None:
         """Back to the checkpoint taken before the last verify, then its kept tokens decoded
@@ -423,7 +434,7 @@ class Target:
         gaps = state.gaps
         if any(not 0 <= p < self.n_ctx for p in gaps):
             raise SessionStateError("its parked cells lie outside the context")
-        if gaps and (not self.tree_nodes or self.branches):
+        if gaps and not self.tree_nodes:
             raise SessionStateError("it parks tree cells, which this target never verifies")
         if not self.ctx.state_set(state.memory):
             detail = N.last_errors() or "no detail"
@@ -431,9 +442,7 @@ class Target:
             raise SessionStateError(f"llama.cpp refused the target's saved state ({detail})")
         # the cells llama.cpp restored must agree with the history and the parked positions
         if self.ctx.seq_pos_max() != n - 1 or (
-            self.tree_nodes
-            and not self.branches
-            and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
+            self.tree_nodes and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
         ):
             self.clear()
             raise SessionStateError("the target's saved cells disagree with its history")
@@ -466,7 +475,12 @@ class Target:
         if not self.branches:
             return None
         leaves, _ = leaf_sequences(parents)
-        rows = min(self.n_batch, self.cells - self.n)  # a decode's rows, the free cells
+        free = self.cells - self.n - len(self._gaps)
+        if self._gaps and len(leaves) * (max(depths) + 1) > free:
+            self.ctx.seq_drop(self.gap_seq)  # parked cells go when a draft needs them
+            self._gaps.clear()
+            free = self.cells - self.n
+        rows = min(self.n_batch, free)  # a decode's rows, the free cells
         kept, deepest = 0, 0
         for leaf in leaves:
             d = max(deepest, depths[leaf])
@@ -503,6 +517,7 @@ class Target:
         b.token[:n] = [root, *tokens]
         b.set_tree(pos, seqs)
         self.ctx.decode(b, "target tree batch")
+        self.tree_rows = n
         self._tree = (seqs, depths)
         return self.ctx.logits(n)
 
@@ -556,6 +571,9 @@ class Target:
                 f"tree of {len(leaves)} branches of {length} rows exceeds this target's "
                 f"{self.branches} branch sequences or its batch"
             )
+        if self._gaps and self.n + len(self._gaps) + rows > self.cells:
+            self.ctx.seq_drop(self.gap_seq)  # parked cells go when a draft needs them
+            self._gaps.clear()
         if self.n + length > self.n_ctx or self.n + rows > self.cells:
             raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
         if self._guard.pending:
@@ -589,6 +607,7 @@ class Target:
             self.ctx.seq_cp(0, s, 0, self.n)
         b.set_rows(pos, seq, logits=out)
         self.ctx.decode(b, "target tree batch (one sequence per branch)")
+        self.tree_rows = rows
         logits = self.ctx.logits(int(out.sum()))
         # the logits come in batch order of the rows that asked for them
         first = np.cumsum(out) - 1
@@ -622,6 +641,12 @@ class Target:
         whole = past == 0 or 0 < past <= min(self.rollback.n_rs_seq, length - 1)
         if whole:
             self.ctx.seq_cp(s, 0, n, keep)
+            # the cells of the branches before it lie before its own: parked, so that later
+            # tokens do not land in them (the cell order plain decoding has, as commit_tree
+            # keeps it); the gap sequence holds the last one's state (it never decodes)
+            for b in range(1, s):
+                self.ctx.seq_cp(b, self.gap_seq, n, n + length)
+                self._gaps.extend(range(n, n + length))
         for b in range(1, len(paths) + 1):
             self.ctx.seq_drop(b)
         kept = [root, *(tokens[i] for i in path)]

@@ -191,7 +191,7 @@ class Generation:
         sched.observe(
             plan,
             offer,
-            verify_rows=len(tree) + 1,
+            verify_rows=state.verified_rows,
             ranks=out.ranks,
             ngram_accepted=_run_length(tree.spine.get("ngram", []), out.path),
             alt_hit=bool(out.path) and out.path[0] in tree.alternatives,

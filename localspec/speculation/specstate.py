@@ -46,6 +46,8 @@ class SpecState:
         self._pending_taps: np.ndarray | None = None  # the prompt's taps, until `chosen`
         self._prompt: list[int] = []
         self._keep = 0
+        # rows the last verify decoded (a recurrent target verifies each branch's whole path)
+        self.verified_rows = 0
 
     @property
     def fed(self) -> bool:
@@ -155,8 +157,11 @@ class SpecState:
         with self.probe.span("verify"):
             self.target.room(len(tree) + 1)  # parked gap cells go when a draft needs them
             if tree.is_chain:
+                self.verified_rows = len(tree) + 1
                 return self.target.decode([last, *tree.tokens], all_logits=True)
-            return self.target.verify_tree(last, tree.tokens, tree.depths, tree.parents)
+            logits = self.target.verify_tree(last, tree.tokens, tree.depths, tree.parents)
+            self.verified_rows = self.target.tree_rows
+            return logits
 
     def commit(self, last: int, tree: DraftTree, out: Outcome) -> None:
         """Keep last and the accepted path as history; feed the drafter and the index."""

@@ -51,19 +51,11 @@ def price_target_decodes(monkeypatch, costly) -> None:
         len(tokens), decode(self, tokens, all_logits=all_logits)))  # fmt: skip
 
     def priced_tree(self, root, tokens, d, p):
+        # the rows decoded: on a recurrent target each branch's whole path, padded
         out = verify_tree(self, root, tokens, d, p)
-        # a recurrent target decodes each branch's whole path, padded to the deepest
-        rows = len(tokens) + 1 if self._branched is None else out_rows(self)
-        return costly(rows, out)
+        return costly(self.tree_rows, out)
 
     monkeypatch.setattr(Target, "verify_tree", priced_tree)
-
-
-def out_rows(target: Target) -> int:
-    """The rows a recurrent target's last tree verify decoded."""
-    assert target._branched is not None
-    paths, length, _ = target._branched
-    return len(paths) * length
 
 
 def inject_costs(monkeypatch, eng, verify, drafter: float = 0.3e-3, stall=None) -> CostClock:

@@ -35,9 +35,12 @@ WRITERS = {
     "nemotron_h": tm.write_nemotron_h_target,
     "mamba": tm.write_mamba_target,  # no snapshots in llama.cpp: checkpoints only
 }
-MODES = [(a, "snapshots") for a in ("qwen35", "lfm2", "nemotron_h")] + [
-    (a, "checkpoint") for a in WRITERS
-]
+MODES = (
+    [(a, "snapshots") for a in ("qwen35", "lfm2", "nemotron_h")]
+    + [(a, "checkpoint") for a in WRITERS]
+    # 2 snapshots, drafts 4 deep: a branch cut back further than they reach is decoded again
+    + [("qwen35", "2 snapshots")]
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +101,9 @@ def _tree(rng, truth: list[int], n_vocab: int, branches: int, depth: int) -> Dra
 
 
 @pytest.mark.parametrize(("arch", "mode"), MODES)
-def test_branches_verify_and_commit_as_plain_decoding(files, roomy, arch, mode) -> None:
+def test_branches_verify_and_commit_as_plain_decoding(
+    files, roomy, arch, mode, monkeypatch
+) -> None:
     """Random trees (2 to all branches, shared prefixes, the accepted path anywhere), chains
     and plain steps in random order: every verified row on the accepted path, and every
     token's logits after it, equal plain decoding's. A state the commit left wrong (the cut
@@ -108,6 +113,8 @@ def test_branches_verify_and_commit_as_plain_decoding(files, roomy, arch, mode) 
     rng = np.random.default_rng(7)
     prompt = [int(x) for x in rng.integers(0, 200, 10)]
     toks, rows = _plain(path, prompt, 90)
+    if mode == "2 snapshots":
+        monkeypatch.setattr(rb, "DEFAULT_RS_SEQ", 2)
     t = Target(
         path,
         RuntimeOptions(**EXACT),
@@ -119,7 +126,9 @@ def test_branches_verify_and_commit_as_plain_decoding(files, roomy, arch, mode) 
         assert t.branches >= 2 and t.tree_nodes == 62, t.tree_note
         assert _close(np.array(t.prefill(prompt)[0]), rows[0])
         i, kinds = 0, {"tree": 0, "chain": 0, "plain": 0, "whole": 0, "pending": 0}
-        max_depth = min(t.max_draft or 4, 4)
+        # deeper than 2 snapshots reach: the scheduler never drafts that far, the target
+        # still cuts back right (by decoding again)
+        max_depth = 4 if mode == "2 snapshots" else min(t.max_draft or 4, 4)
         while i + max_depth + 1 < len(toks):
             last, truth = toks[i], toks[i + 1 : i + 1 + max_depth]
             kind = ["tree", "tree", "tree", "chain", "plain"][int(rng.integers(0, 5))]
@@ -143,7 +152,7 @@ def test_branches_verify_and_commit_as_plain_decoding(files, roomy, arch, mode) 
                 t.commit_tree(last, accepted, tree.tokens)
                 i += len(accepted) + 1
             elif kind == "chain":
-                a = int(rng.integers(0, max_depth + 1))
+                a = int(rng.integers(0, min(max_depth, t.max_draft or max_depth) + 1))
                 draft = truth[:a] + ([_wrong(rng, t.n_vocab, truth[a])] if a < max_depth else [])
                 logits = t.decode([last, *draft], all_logits=True)
                 for k in range(a + 1):
@@ -157,8 +166,92 @@ def test_branches_verify_and_commit_as_plain_decoding(files, roomy, arch, mode) 
             assert t.tokens == prompt + toks[:i]
         assert _close(np.array(t.decode([toks[i]], all_logits=False)[0]), rows[i + 1])
         assert kinds["tree"] >= 10 and kinds["chain"] and kinds["plain"] and kinds["whole"]
-        if mode == "snapshots":  # a tree forked from a history whose cut was still pending
+        if mode != "checkpoint":  # a tree forked from a history whose cut was still pending
             assert kinds["pending"] > 0
+    finally:
+        t.close()
+
+
+def _accept_branch(path: str, prompt: list[int], toks: list[int], at: str) -> list[np.ndarray]:
+    """Trees of all branches 3 deep, the truth in the first or the last branch: the root rows
+    of every verify (the next token's logits after each commit)."""
+    rt = RuntimeOptions(kv_type="f16", n_threads=2, n_ctx=2048)
+    t = Target(path, rt, tree_nodes=62, rollback="checkpoint")
+    try:
+        t.prefill(prompt)
+        b, d, i, out = t.branches, 3, 0, []
+        j = 0 if at == "first" else b - 1
+        while i + d + 1 < len(toks):
+            tree = DraftTree()
+            for k in range(b):
+                branch = toks[i + 1 : i + 1 + d] if k == j else [toks[i + 1] ^ (k + 1), 5, 5]
+                parent = -1
+                for tok in branch:
+                    parent = tree.add(tok, parent, "test")
+            logits = t.verify_tree(toks[i], tree.tokens, tree.depths, tree.parents)
+            out.append(np.array(logits[0]))
+            t.commit_tree(toks[i], list(range(j * d, j * d + d)), tree.tokens)
+            i += d + 1
+        assert (len(t._gaps) > 0) == (at == "last")
+        return out
+    finally:
+        t.close()
+
+
+def test_cells_of_branches_before_the_accepted_one_stay_parked(files, roomy) -> None:
+    """The accepted branch's cells lie after those of the branches before it: freed, later
+    tokens would land before the history's newest cells, and attention would sum an f16
+    cache in another order than plain decoding (1.3e-3 apart here, near-ties flip on real
+    models). Parked, the history's cells keep the order they have when the first branch is
+    accepted: the next token's logits are the same either way."""
+    path = files["qwen35"]
+    prompt = list(range(30, 50))
+    toks, _ = _plain(path, prompt, 80)
+    first = _accept_branch(path, prompt, toks, "first")
+    last = _accept_branch(path, prompt, toks, "last")
+    assert max(float(np.abs(a - b).max()) for a, b in zip(first, last, strict=True)) < 1e-5
+
+
+def test_the_taps_of_the_accepted_rows_are_plain_decodings(agreeing, roomy) -> None:
+    """What the drafter is fed after a tree (here the MTP head's hidden state, one row per
+    position): the rows of the accepted path, wherever its branch lay in the batch."""
+    rt = RuntimeOptions(**EXACT)
+    rng = np.random.default_rng(3)
+    prompt = [int(x) for x in rng.integers(0, 200, 10)]
+    ref = Target(agreeing, rt, load_mtp=True)
+    try:
+        ref.enable_mtp_taps()
+        logits, _ = ref.prefill(prompt)
+        toks, taps = [], []
+        for _ in range(60):
+            toks.append(int(np.argmax(logits)))
+            logits = ref.decode([toks[-1]], all_logits=False)[0]
+            taps.append(ref.read_taps(1)[0])
+    finally:
+        ref.close()
+    t = Target(agreeing, rt, tree_nodes=62, rollback="checkpoint", load_mtp=True)
+    try:
+        t.enable_mtp_taps()
+        t.prefill(prompt)
+        i, checked = 0, 0
+        while i + 4 < len(toks):
+            truth = toks[i + 1 : i + 4]
+            tree = _tree(rng, truth, t.n_vocab, int(rng.integers(2, t.branches + 1)), 3)
+            t.verify_tree(toks[i], tree.tokens, tree.depths, tree.parents)
+            accepted, node = [], -1
+            for want in truth:
+                kids = {tree.tokens[c]: c for c in range(len(tree)) if tree.parents[c] == node}
+                if want not in kids:
+                    break
+                node = kids[want]
+                accepted.append(node)
+            got = t.read_verify_taps([0] + [a + 1 for a in accepted])
+            for k, row in enumerate(got):
+                assert _close(row, taps[i + k]), (i, k)
+                checked += 1
+            t.commit_tree(toks[i], accepted, tree.tokens)
+            i += len(accepted) + 1
+        assert checked > 20
     finally:
         t.close()
 
@@ -184,7 +277,10 @@ def test_branches_are_what_the_memory_share_holds() -> None:
     assert tree_branches(Rollback(0, row, checkpoint=True), weights) == (MAX_BRANCHES, "")
     b, why = tree_branches(Rollback(4, row), weights)  # 4 rows of snapshots, 5 per branch
     assert b == 0 and "fewer than 2 fit in 10% of the weights" in why and "snapshots" in why
-    assert tree_branches(Rollback(1, row), weights)[0] == 4  # (10 000 - 1 000) // 2 000
+    # (10 000 - 1 000) // 2 000, less one for the parked cells' sequence
+    assert tree_branches(Rollback(1, row), weights)[0] == 3
+    assert tree_branches(Rollback(0, row, checkpoint=True), weights, n_batch=8)[0] == 4
+    assert "holds no two branches" in tree_branches(Rollback(0, row, checkpoint=True), 10**9, 3)[1]
     assert tree_branches(Rollback(0, 0, "loaded for plain decoding"), weights)[0] == 0
     assert "cannot size" in tree_branches(Rollback(0, 0, checkpoint=True), weights)[1]
 
@@ -207,8 +303,8 @@ def test_a_qwen35_27b_like_shape_has_branches_only_beside_checkpoints() -> None:
 def test_the_branch_states_are_what_llama_cpp_allocates(
     files, roomy, arch, mode, monkeypatch
 ) -> None:
-    """llama.cpp logs the recurrent memory it allocates: a state for the history and one per
-    branch, each with its snapshots."""
+    """llama.cpp logs the recurrent memory it allocates: a state for the history, one per
+    branch and one for the parked cells' sequence, each with its snapshots."""
     log: collections.deque[str] = collections.deque(maxlen=100_000)
     monkeypatch.setattr(library, "_recent_log", log)  # the log callback appends to it
     t = Target(
@@ -223,7 +319,7 @@ def test_the_branch_states_are_what_llama_cpp_allocates(
     finally:
         t.close()
     assert b >= 2 and logged is not None
-    want = (1 + b) * (1 + r.n_rs_seq) * r.row_bytes
+    want = (2 + b) * (1 + r.n_rs_seq) * r.row_bytes  # the history, the branches, the gap
     assert abs(float(logged.group(1)) - want / 2**20) <= 0.006, (logged.group(0), want)
 
 
@@ -348,7 +444,7 @@ def test_auto_draws_trees_on_a_recurrent_target_only_where_their_rows_pay(branch
         assert plan.shape is None or plan.shape.is_chain, plan
 
 
-def test_info_says_how_many_branches_a_target_holds(files) -> None:
+def test_info_says_how_many_branches_a_target_holds(files, roomy) -> None:
     from localspec.files.fileinfo import describe, format_info
 
     lf = describe(files["lfm2"])["recurrent"]
@@ -357,5 +453,34 @@ def test_info_says_how_many_branches_a_target_holds(files) -> None:
     assert f"draft trees of up to {lf['tree_branches']} branches" in format_info(
         describe(files["lfm2"])
     )
+    rb.MEMORY_SHARE = 0.1
     q = format_info(describe(files["qwen35"]))
     assert "draft chains only (draft trees need a recurrent state per branch" in q
+
+
+def test_a_branch_trees_cost_is_learnt_at_the_rows_it_decoded(agreeing, roomy, monkeypatch):
+    """The scheduler is told the rows the target decoded (every branch's padded path), not
+    the tree's nodes: a verify curve taught otherwise would price chains too dear."""
+    from localspec.auto.scheduler import Scheduler
+
+    decoded: list[tuple[int, int]] = []  # (nodes + 1, rows decoded)
+    observed: list[int] = []
+    verify_tree, observe = Target.verify_tree, Scheduler.observe
+
+    def spy_verify(self, root, tokens, depths, parents):
+        out = verify_tree(self, root, tokens, depths, parents)
+        decoded.append((len(tokens) + 1, self.tree_rows))
+        return out
+
+    def spy_observe(self, plan, offer, **kw):
+        observed.append(kw["verify_rows"])
+        return observe(self, plan, offer, **kw)
+
+    monkeypatch.setattr(Target, "verify_tree", spy_verify)
+    monkeypatch.setattr(Scheduler, "observe", spy_observe)
+    with localspec.load(agreeing, draft_source="mtp", rollback="checkpoint", **EXACT) as eng:
+        eng.complete("the cat sat", max_tokens=40, tree=(3, 2, 5))
+    assert decoded and any(rows > nodes for nodes, rows in decoded)
+    # each tree's rows reach the scheduler in order (chain and plain steps in between)
+    seen = iter(observed)
+    assert all(any(r == rows for r in seen) for _, rows in decoded), (decoded, observed)

@@ -129,6 +129,14 @@ class Target:
             )
             if not self.branches:
                 tree_nodes = 0
+                if self.rollback.n_rs_seq:  # the snapshots take the room: checkpoints leave it
+                    plain = Rollback(0, self.rollback.row_bytes, checkpoint=True)
+                    more = tree_branches(plain, self.model.size_bytes, rt.n_batch)[0]
+                    if more:
+                        self.tree_note += (
+                            f"; verified from checkpoints instead of snapshots it holds {more} "
+                            "(rollback checkpoint)"
+                        )
         # the gap sequence parks rejected cells; a recurrent target's follows its branches
         self.gap_seq = self.branches + 1 if self.branches else tree_nodes + 1
         n_seq_tree = self.gap_seq + 1 if tree_nodes else 1

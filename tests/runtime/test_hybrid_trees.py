@@ -385,8 +385,9 @@ def test_a_fixed_tree_verifies_its_branches_from_checkpoints_under_auto(agreeing
 def test_a_tree_where_the_memory_holds_no_branch_is_one_clear_error(agreeing) -> None:
     with localspec.load(agreeing, draft_source="mtp", rollback="snapshots", **EXACT) as eng:
         assert parts(eng).target.branches == 0 and eng.drafting.max_tree == 0
-        with pytest.raises(InvalidParameterError, match="verifies chains only here"):
+        with pytest.raises(InvalidParameterError, match="verifies chains only here") as e:
             eng.complete("the cat", max_tokens=4, tree=(3, 2, 5))
+        assert "from checkpoints instead of snapshots it holds" in str(e.value)
         c = eng.complete("the cat", max_tokens=30, n_draft=3)  # chains still run
         assert eng.last_stats.sources["mtp"].accepted > 0
         assert_greedy_lossless(eng, "the cat", c)
@@ -484,3 +485,27 @@ def test_a_branch_trees_cost_is_learnt_at_the_rows_it_decoded(agreeing, roomy, m
     # each tree's rows reach the scheduler in order (chain and plain steps in between)
     seen = iter(observed)
     assert all(any(r == rows for r in seen) for _, rows in decoded), (decoded, observed)
+
+
+def test_auto_draws_trees_on_a_hybrid_where_rows_are_cheap(agreeing, roomy, monkeypatch):
+    """A verify curve flat in the rows (a GPU's; injected, so the decisions do not depend on
+    this machine): before its evidence says chains suffice, auto draws trees of the head's
+    candidates on the hybrid, each branch in a sequence of its own, and stays lossless."""
+    rows: list[int] = []
+    verify_tree = Target.verify_tree
+
+    def spy(self, root, tokens, depths, parents):
+        out = verify_tree(self, root, tokens, depths, parents)
+        rows.append(self.tree_rows)
+        return out
+
+    monkeypatch.setattr(Target, "verify_tree", spy)
+    with localspec.load(agreeing, rollback="checkpoint", **EXACT) as eng:
+        assert eng.drafting.drafter_kind == "mtp" and parts(eng).target.branches >= 2
+        costs.inject_costs(monkeypatch, eng, lambda n: 10e-3 * (1 + 0.002 * n))
+        prompt = "the cat sat on the mat; the cat sat on the hat; the dog"
+        c = eng.complete(prompt, max_tokens=120)
+        trees = [s for s in c.stats.shapes if s.startswith("tree")]
+        assert trees and rows and all(r > 0 for r in rows), c.stats.shapes
+        assert c.stats.sources["mtp"].accepted > 0
+        assert_greedy_lossless(eng, prompt, c)

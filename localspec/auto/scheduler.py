@@ -288,7 +288,10 @@ class Scheduler:
 
     def _fade(self) -> None:
         """The fading the quiet steps since the last reading owe the evidence, applied at
-        once (the same factor: no evidence was added meanwhile; ~3 us a step less)."""
+        once (~3 us a step less). No evidence was added meanwhile, so the fade is the same in
+        all; FadingCounts applies it in steps of FADE_EVERY tokens, so at a reading the
+        counts may be up to one such step further faded than step by step (a factor of
+        0.5 ** (FADE_EVERY / HALF_LIFE) at most)."""
         if self._unfaded and self.cost is not None and self.choice is not None:
             self.cost.acceptance.advance(self._unfaded)
             self.choice.ngram.advance(self._unfaded)

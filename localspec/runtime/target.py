@@ -120,7 +120,7 @@ class Target:
                     raise
         # draft trees: on attention caches, sequences 0 the history, 1..tree_nodes one per
         # leaf, then the gap sequence; on a recurrent state, 1..branches one per branch (as
-        # many as its memory allows: each holds a state of its own), no gap sequence
+        # many as its memory allows: each holds a state of its own), then the gap sequence
         self.branches = 0
         self.tree_note = ""  # why a recurrent target verifies chains only
         if self.recurrent and tree_nodes:
@@ -448,9 +448,12 @@ class Target:
             detail = N.last_errors() or "no detail"
             self.clear()
             raise SessionStateError(f"llama.cpp refused the target's saved state ({detail})")
-        # the cells llama.cpp restored must agree with the history and the parked positions
+        # the cells llama.cpp restored must agree with the history and the parked positions;
+        # on a recurrent target the gap sequence's position is its state's, the last parked
+        # branch's end (a hybrid's is the lesser of its attention and recurrent positions)
+        parked = max(gaps, default=-1) if not self.recurrent else (gaps[-1] if gaps else -1)
         if self.ctx.seq_pos_max() != n - 1 or (
-            self.tree_nodes and self.ctx.seq_pos_max(self.gap_seq) != max(gaps, default=-1)
+            self.tree_nodes and self.ctx.seq_pos_max(self.gap_seq) != parked
         ):
             self.clear()
             raise SessionStateError("the target's saved cells disagree with its history")

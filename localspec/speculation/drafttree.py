@@ -106,22 +106,12 @@ class DraftTree:
             stack.extend(reversed(kids.get(c, [])))
         if order == list(range(len(order))):
             return self
-        new = {old: i for i, old in enumerate(order)}
-        new[-1] = -1
-        return DraftTree(
-            tokens=[self.tokens[o] for o in order],
-            parents=[new[self.parents[o]] for o in order],
-            depths=[self.depths[o] for o in order],
-            sources=[self.sources[o] for o in order],
-            scores={new[k]: v for k, v in self.scores.items()},
-            q={new[k]: v for k, v in self.q.items()},
-            spine={s: [new[i] for i in nodes] for s, nodes in self.spine.items()},
-            alternatives=[new[i] for i in self.alternatives],
-        )
+        return self.only(order)
 
     def only(self, nodes: list[int]) -> DraftTree:
-        """The tree of these nodes alone (each one's parent among them, in increasing order):
-        what a target that cannot verify all of it keeps."""
+        """The tree of these nodes alone, renumbered in the order given (each one's parent
+        among them, and before it): what a target that cannot verify all of it keeps, or the
+        whole tree in another order."""
         new = {old: i for i, old in enumerate(nodes)}
         new[-1] = -1
         return DraftTree(

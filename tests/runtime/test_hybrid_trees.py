@@ -100,6 +100,18 @@ def _tree(rng, truth: list[int], n_vocab: int, branches: int, depth: int) -> Dra
     return tree.ordered()
 
 
+def _accepted(tree: DraftTree, truth: list[int]) -> list[int]:
+    """The nodes of the tree along the truth from the root, as far as it follows it."""
+    accepted, node = [], -1
+    for want in truth:
+        kids = {tree.tokens[c]: c for c in range(len(tree)) if tree.parents[c] == node}
+        if want not in kids:
+            break
+        node = kids[want]
+        accepted.append(node)
+    return accepted
+
+
 @pytest.mark.parametrize(("arch", "mode"), MODES)
 def test_branches_verify_and_commit_as_plain_decoding(
     files, roomy, arch, mode, monkeypatch
@@ -137,13 +149,7 @@ def test_branches_verify_and_commit_as_plain_decoding(
                 kinds["pending"] += t._guard.pending
                 tree = _tree(rng, truth, t.n_vocab, int(rng.integers(2, t.branches + 1)), max_depth)
                 logits = t.verify_tree(last, tree.tokens, tree.depths, tree.parents)
-                accepted, node = [], -1
-                for want in truth:
-                    kids = {tree.tokens[c]: c for c in range(len(tree)) if tree.parents[c] == node}
-                    if want not in kids:
-                        break
-                    node = kids[want]
-                    accepted.append(node)
+                accepted = _accepted(tree, truth)
                 assert _close(logits[0], rows[i + 1])
                 for k, node in enumerate(accepted):
                     assert _close(logits[node + 1], rows[i + 2 + k]), (arch, i, k)
@@ -238,13 +244,7 @@ def test_the_taps_of_the_accepted_rows_are_plain_decodings(agreeing, roomy) -> N
             truth = toks[i + 1 : i + 4]
             tree = _tree(rng, truth, t.n_vocab, int(rng.integers(2, t.branches + 1)), 3)
             t.verify_tree(toks[i], tree.tokens, tree.depths, tree.parents)
-            accepted, node = [], -1
-            for want in truth:
-                kids = {tree.tokens[c]: c for c in range(len(tree)) if tree.parents[c] == node}
-                if want not in kids:
-                    break
-                node = kids[want]
-                accepted.append(node)
+            accepted = _accepted(tree, truth)
             got = t.read_verify_taps([0] + [a + 1 for a in accepted])
             for k, row in enumerate(got):
                 assert _close(row, taps[i + k]), (i, k)

@@ -17,6 +17,9 @@ In one run, with every layer on the GPU:
 
     CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python==0.3.36   # or -DGGML_METAL=on
     python benchmarks/bench_gpu.py [--tokens 256] [--rounds 3] [--json OUT.json]
+
+--shape qwen3.5-27b-mtp runs a hybrid target with an agreeing MTP head instead
+(hybrid_shape.py: about 15 GiB of Q4_K zeros written first; hybrid-small is its dry run).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_graph_taps import GRAPH_OFF, decode_costs, show_switch, switch_costs  # noqa: E402
+from hybrid_shape import SHAPES as HYBRID_SHAPES  # noqa: E402
+from hybrid_shape import run as run_hybrid  # noqa: E402
 
 import localspec  # noqa: E402
 from localspec import native as N  # noqa: E402
@@ -279,7 +284,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gpu-layers", "-ngl", type=int, default=-1)
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    ap.add_argument(
+        "--shape",
+        choices=sorted(SHAPES) + sorted(HYBRID_SHAPES),
+        default="qwen2.5-1.5b",
+        help="a llama shape with EAGLE drafters, or a qwen35 hybrid with an MTP head "
+        "(hybrid_shape.py: the snapshots' cost, MTP chains and auto)",
+    )
     ap.add_argument("--drafters", default="agreeing,random", help="which drafters to run")
     ap.add_argument(
         "--only-plain-auto", action="store_true", help="plain, auto and no drafter only"
@@ -298,6 +309,14 @@ def main() -> None:
         ap.error("--drafters takes agreeing, random or both")
     if args.gpu_layers != 0 and not N.gpu_offload_supported():
         sys.exit("this llama-cpp-python has no GPU backend (build it with CMAKE_ARGS, above)")
+    if args.shape in HYBRID_SHAPES:
+        with tempfile.TemporaryDirectory() as d:
+            hybrid = run_hybrid(args.shape, tokens=args.tokens, rounds=args.rounds,
+                                gpu_layers=args.gpu_layers, folder=d)  # fmt: skip
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(hybrid, fh, indent=1)
+        return
     report: dict = {"shape": args.shape, "gpu_layers": args.gpu_layers}
     with tempfile.TemporaryDirectory() as d:
         target, agree, rand = make_models(d, SHAPES[args.shape])

@@ -31,7 +31,8 @@
 # to them, and pack the llama_cpp folder (about 24 MB):
 #   tar czf .gpu/llama_cpp-prebuilt.tar.gz -C /tmp/prebuilt llama_cpp
 # Then run there, carrying .gpu:  bash scripts/gpu-bench.sh qwen2.5-1.5b:3 llama-3.1-8b:2
-# (SHAPE:ROUNDS). The build takes about 4.5 minutes on 16 cores; the 1.5B shape about 50 s, the
+# (SHAPE:ROUNDS). qwen3.5-27b-mtp:3 runs the hybrid with an agreeing MTP head instead
+# (benchmarks/hybrid_shape.py; it writes about 15 GiB of Q4_K zeros to the machine's disk). The build takes about 4.5 minutes on 16 cores; the 1.5B shape about 50 s, the
 # 8B shape about 110 s. EXTRA_CMAKE_ARGS=-DGGML_CUDA_FA=OFF builds without the FlashAttention
 # kernels (llama.cpp then runs without it) when device time is short; it applies to a build
 # only (a machine where llama_cpp is already installed keeps what it has).

@@ -48,6 +48,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cfg = replace(cfg, target=target_arg(args)).checked()
     tree, source = cfg.tree, cfg.draft_source
     with cfg.load() as eng:
+        # what was asked for and cannot be done, named by the flags typed (before anything
+        # runs: a request no engine can run is refused in them too)
+        say_mode_notes(eng, args, tree, source)
         calibrate_first(eng)
         kw = dict(
             max_tokens=args.max_tokens,
@@ -62,8 +65,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             events = eng.chat_stream([*msgs, {"role": "user", "content": prompt}], **kw)
         else:
             events = eng.complete_stream(prompt, **kw)
-        # what was asked for and cannot be done: the engine's notes, its mode's named by flags
-        say_mode_notes(eng, args, tree, source)
+        # the engine's own notes, less its mode's (said above in flags)
         api_notes = draft_mode(args.n_draft, tree, source, eng.drafting)[1]
         for note in eng.last_stats.notes:
             if note not in api_notes:

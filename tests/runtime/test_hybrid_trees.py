@@ -551,3 +551,15 @@ def test_auto_draws_trees_on_a_hybrid_where_rows_are_cheap(agreeing, roomy, monk
         assert trees and rows and all(r > 0 for r in rows), c.stats.shapes
         assert c.stats.sources["mtp"].accepted > 0
         assert_greedy_lossless(eng, prompt, c)
+
+
+def test_the_command_line_names_a_refused_tree_as_it_was_typed(agreeing, capsys) -> None:
+    from localspec.cli import main
+
+    rc = main(["generate", agreeing, "--tree", "3,2,5", "--rollback", "snapshots", "-p", "the",
+               "-n", "4", "--ctx", "512"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc != 0 and "--tree 3,2,5 cannot run: qwen35 verifies chains only here" in err, err
+    rc = main(["generate", agreeing, "--tree", "3,2,5", "--rollback", "checkpoint", "-p", "the",
+               "-n", "8", "--ctx", "512", "--json"])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err

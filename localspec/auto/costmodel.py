@@ -591,9 +591,12 @@ class CostModel:
             steps = steps + (self.flush.value + (ks - 1) * expand.value)
         for k, step in zip(ks.tolist(), steps.tolist(), strict=True):
             ratio = step / plain
-            need = break_even(ratio, k)
-            if need is not None and (best is None or need < best[0] - 1e-9):
-                best = (need, k)
+            # 1 + a + ... + a^k <= 1 + k a: a length needs at least (ratio - 1) / k, and one
+            # that cannot beat the best so far is not solved for (the same choice, cheaper)
+            if best is None or ratio <= 1.0 or (ratio - 1.0) / k < best[0] - 1e-9:
+                need = break_even(ratio, k)
+                if need is not None and (best is None or need < best[0] - 1e-9):
+                    best = (need, k)
             if fallback is None or ratio / (k + 1) < fallback[0]:
                 fallback = (ratio / (k + 1), k)
         needed: float | None = None

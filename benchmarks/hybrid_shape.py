@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import gguf
@@ -39,27 +38,16 @@ Q4_K = gguf.GGMLQuantizationType.Q4_K
 Q4_K_M = 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
 
 
-@dataclass(frozen=True)
-class HybridShape:
-    n_embd: int
-    n_layer: int  # the trunk's (the MTP block comes after)
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_ff: int
-    d_state: int
-    n_k_heads: int  # ssm.group_count
-    n_v_heads: int  # ssm.time_step_rank
-    d_conv: int = 4
-    interval: int = 4  # full_attention_interval
-    n_ctx: int = 8192
-
-
 SHAPES = {
     # Qwen3.5-27B-like: 64 layers 5120 wide, 48 of them gated delta nets (16 k-heads, 48
-    # v-heads of 128), 16 gated attention (24 heads, 4 kv heads of 256), FFN 17408
-    "qwen3.5-27b-mtp": HybridShape(5120, 64, 24, 4, 256, 17408, 128, 16, 48),
-    "hybrid-small": HybridShape(512, 8, 4, 2, 128, 1024, 64, 2, 4),  # a dry run
+    # v-heads of 128), 16 gated attention (24 heads, 4 kv heads of 256, a quarter rotary),
+    # FFN 17408
+    "qwen3.5-27b-mtp": tm.Qwen35Keys(
+        5120, 64, 24, 4, 256, 17408, 128, 16, 48, n_ctx=8192, rotary_share=4
+    ),
+    "hybrid-small": tm.Qwen35Keys(  # a dry run
+        512, 8, 4, 2, 128, 1024, 64, 2, 4, n_ctx=8192, rotary_share=4
+    ),
 }
 
 
@@ -70,7 +58,7 @@ def _zero_q4k(rows: int, cols: int) -> np.ndarray:
     return np.zeros((rows, cols // block * size), dtype=np.uint8)
 
 
-def write_hybrid_shape(path: str, shape: HybridShape) -> str:
+def write_hybrid_shape(path: str, shape: tm.Qwen35Keys) -> str:
     """The zero-weight qwen35 target with one agreeing MTP block (see the module's text)."""
     s = shape
     rnd, _, _ = tm._rng_tensors(0)
@@ -121,27 +109,7 @@ def write_hybrid_shape(path: str, shape: HybridShape) -> str:
 
     w = gguf.GGUFWriter(path, "qwen35")
     w.add_name("qwen3.5-like hybrid shape, zero weights, agreeing MTP head")
-    w.add_context_length(s.n_ctx)
-    w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer + 1)
-    w.add_nextn_predict_layers(1)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_rope_freq_base(10_000_000.0)
-    n_rot = s.head_dim // 4
-    w.add_rope_dimension_count(n_rot)
-    w.add_rope_dimension_sections([n_rot // 4, n_rot // 8, n_rot // 2 - n_rot // 4 - n_rot // 8, 0])
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_ssm_conv_kernel(s.d_conv)
-    w.add_ssm_state_size(s.d_state)
-    w.add_ssm_group_count(s.n_k_heads)
-    w.add_ssm_time_step_rank(s.n_v_heads)
-    w.add_ssm_inner_size(value_dim)
-    w.add_full_attention_interval(s.interval)
-    w.add_vocab_size(tm.N_VOCAB)
+    tm.qwen35_keys(w, s, mtp=True)
     w.add_file_type(Q4_K_M)
     tm._add_tokenizer(w, tm.CHATML)
     for name, arr in f32.items():

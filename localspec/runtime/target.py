@@ -348,8 +348,7 @@ class Target:
         if self.recurrent and any(p >= n for p in self._gaps):
             # a cut of the gap sequence would be read as a cut of its recurrent state: all of
             # its cells go (later tokens may then round differently, as after room())
-            self.ctx.seq_drop(self.gap_seq)
-            self._gaps.clear()
+            self._release_gaps()
         if self.recurrent and n < self.n:
             if self._guard.can_cut(self.n - n):
                 self.ctx.seq_rm(n)
@@ -473,9 +472,23 @@ class Target:
         stopping early)."""
         free = self.n_ctx - self.n - len(self._gaps)
         if self._gaps and free < cells:
-            self.ctx.seq_drop(self.gap_seq)
-            self._gaps.clear()
+            self._release_gaps()
             free = self.n_ctx - self.n
+        return free
+
+    def _release_gaps(self) -> None:
+        """Free every parked cell (a whole-sequence removal: on a recurrent target a partial
+        one would be read as a cut of the gap sequence's state)."""
+        self.ctx.seq_drop(self.gap_seq)
+        self._gaps.clear()
+
+    def _free_cells(self, rows: int) -> int:
+        """Cells free beside the history for a decode of `rows` rows, the parked cells
+        released when they leave too few (a recurrent target's branches)."""
+        free = self.cells - self.n - len(self._gaps)
+        if self._gaps and free < rows:
+            self._release_gaps()
+            free = self.cells - self.n
         return free
 
     def fit_tree(self, parents: list[int], depths: list[int]) -> list[int] | None:
@@ -486,11 +499,7 @@ class Target:
         if not self.branches:
             return None
         leaves, _ = leaf_sequences(parents)
-        free = self.cells - self.n - len(self._gaps)
-        if self._gaps and len(leaves) * (max(depths) + 1) > free:
-            self.ctx.seq_drop(self.gap_seq)  # parked cells go when a draft needs them
-            self._gaps.clear()
-            free = self.cells - self.n
+        free = self._free_cells(len(leaves) * (max(depths) + 1))
         rows = min(self.n_batch, free)  # a decode's rows, the free cells
         kept, deepest = 0, 0
         for leaf in leaves:
@@ -582,10 +591,7 @@ class Target:
                 f"tree of {len(leaves)} branches of {length} rows exceeds this target's "
                 f"{self.branches} branch sequences or its batch"
             )
-        if self._gaps and self.n + len(self._gaps) + rows > self.cells:
-            self.ctx.seq_drop(self.gap_seq)  # parked cells go when a draft needs them
-            self._gaps.clear()
-        if self.n + length > self.n_ctx or self.n + rows > self.cells:
+        if self.n + length > self.n_ctx or self._free_cells(rows) < rows:
             raise ContextFullError(f"context window of {self.n_ctx} tokens is full")
         if self._guard.pending:
             self._apply_cut()

@@ -145,7 +145,7 @@ class SpecState:
                 # the n-gram chain first: when it was worth drafting beside a model's draft it
                 # is the likelier path, and a path's rows first keeps its cache cells together
                 tree = merge(ng, tree) if len(tree) else ng
-        if not tree.is_chain:
+        if self.target.branches and not tree.is_chain:
             # a recurrent target verifies each branch apart: those past its room are dropped
             keep = self.target.fit_tree(tree.parents, tree.depths)
             if keep is not None:

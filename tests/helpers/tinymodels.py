@@ -689,9 +689,7 @@ def write_qwen35_target(
 
     # full attention
     n_head, n_head_kv = 4, 2
-    hd = n_embd // n_head  # head_dim (key_length = value_length)
-    n_rot = hd // 2  # partial rotary, as Qwen3.5 (64 of 256)
-    sections = [n_rot // 4, n_rot // 8, n_rot // 2 - n_rot // 4 - n_rot // 8, 0]  # sum n_rot/2
+    hd = n_embd // n_head  # head_dim (key_length = value_length); half of it rotary
     n_ff = 2 * n_embd
     full_attn_interval = 4
     # gated delta net: k heads = ssm.group_count, v heads = ssm.time_step_rank, both of size
@@ -755,29 +753,60 @@ def write_qwen35_target(
 
     w = gguf.GGUFWriter(path, "qwen35")
     w.add_name("tiny qwen35 test target" + (" with mtp" if mtp else ""))
-    w.add_context_length(2048)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer + (1 if mtp else 0))
-    if mtp:
-        w.add_nextn_predict_layers(1)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_freq_base(10_000_000.0)
-    w.add_rope_dimension_count(n_rot)
-    w.add_rope_dimension_sections(sections)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_group_count(n_k_heads)
-    w.add_ssm_time_step_rank(n_v_heads)
-    w.add_ssm_inner_size(value_dim)
-    w.add_full_attention_interval(full_attn_interval)
-    w.add_vocab_size(N_VOCAB)
+    qwen35_keys(
+        w,
+        Qwen35Keys(n_embd, n_layer, n_head, n_head_kv, hd, n_ff, d_state, n_k_heads, n_v_heads),
+        mtp=mtp,
+    )
     _finish(w, t, chat_template)
     return path
+
+
+@dataclass(frozen=True)
+class Qwen35Keys:
+    """What a qwen35 header says of its shape (the trunk's layers: an MTP block comes after)."""
+
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    d_state: int
+    n_k_heads: int  # ssm.group_count
+    n_v_heads: int  # ssm.time_step_rank
+    d_conv: int = 4
+    interval: int = 4  # full_attention_interval: every interval-th layer is attention
+    n_ctx: int = 2048
+    rotary_share: int = 2  # head_dim / rotary dims (partial interleaved M-RoPE)
+
+
+def qwen35_keys(w: gguf.GGUFWriter, k: Qwen35Keys, *, mtp: bool) -> None:
+    """The qwen35 architecture's keys for this shape (mtp: one nextn block after the trunk)."""
+    n_rot = k.head_dim // k.rotary_share
+    w.add_context_length(k.n_ctx)
+    w.add_embedding_length(k.n_embd)
+    w.add_block_count(k.n_layer + (1 if mtp else 0))
+    if mtp:
+        w.add_nextn_predict_layers(1)
+    w.add_feed_forward_length(k.n_ff)
+    w.add_head_count(k.n_head)
+    w.add_head_count_kv(k.n_head_kv)
+    w.add_key_length(k.head_dim)
+    w.add_value_length(k.head_dim)
+    w.add_rope_freq_base(10_000_000.0)
+    w.add_rope_dimension_count(n_rot)
+    w.add_rope_dimension_sections(
+        [n_rot // 4, n_rot // 8, n_rot // 2 - n_rot // 4 - n_rot // 8, 0]  # sum n_rot / 2
+    )
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_ssm_conv_kernel(k.d_conv)
+    w.add_ssm_state_size(k.d_state)
+    w.add_ssm_group_count(k.n_k_heads)
+    w.add_ssm_time_step_rank(k.n_v_heads)
+    w.add_ssm_inner_size(k.d_state * k.n_v_heads)
+    w.add_full_attention_interval(k.interval)
+    w.add_vocab_size(N_VOCAB)
 
 
 def write_nemotron_h_target(

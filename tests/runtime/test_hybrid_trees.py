@@ -215,7 +215,9 @@ def test_cells_of_branches_before_the_accepted_one_stay_parked(files, roomy) -> 
     toks, _ = _plain(path, prompt, 80)
     first = _accept_branch(path, prompt, toks, "first")
     last = _accept_branch(path, prompt, toks, "last")
-    assert max(float(np.abs(a - b).max()) for a, b in zip(first, last, strict=True)) < 1e-5
+    # freed, the order moves them by ~1e-3 here; parked, they were bitwise equal here, and a
+    # CPU whose kernels round a row by its place in the batch stays far below that
+    assert max(float(np.abs(a - b).max()) for a, b in zip(first, last, strict=True)) < 2e-4
 
 
 def test_the_taps_of_the_accepted_rows_are_plain_decodings(agreeing, roomy) -> None:

@@ -589,16 +589,27 @@ class CostModel:
         if eagle and self.expand:
             expand = self.expand.get(1) or self.expand[max(self.expand)]
             steps = steps + (self.flush.value + (ks - 1) * expand.value)
-        for k, step in zip(ks.tolist(), steps.tolist(), strict=True):
-            ratio = step / plain
-            # 1 + a + ... + a^k <= 1 + k a: a length needs at least (ratio - 1) / k, and one
-            # that cannot beat the best so far is not solved for (the same choice, cheaper)
-            if best is None or ratio <= 1.0 or (ratio - 1.0) / k < best[0] - 1e-9:
-                need = break_even(ratio, k)
-                if need is not None and (best is None or need < best[0] - 1e-9):
-                    best = (need, k)
-            if fallback is None or ratio / (k + 1) < fallback[0]:
-                fallback = (ratio / (k + 1), k)
+        ratios = steps / plain
+        # 1 + a + ... + a^k is at most 1 + k a and below 1 / (1 - a): a length needs at least
+        # the larger of (r - 1) / k and (r - 1) / r. Lengths are solved in the order of that
+        # bound, and none whose bound cannot beat the best so far is (the same choice, a
+        # few solves instead of one per length); ties go to the shorter chain
+        bound = np.maximum((ratios - 1.0) / ks, (ratios - 1.0) / ratios)
+        feasible = ks + 1 >= ratios
+        for i in np.argsort(bound, kind="stable").tolist():
+            if best is not None and bound[i] > best[0] + 1e-9:
+                break
+            if not feasible[i]:
+                continue
+            k = int(ks[i])
+            need = break_even(float(ratios[i]), k)
+            if need is not None and (
+                best is None or need < best[0] - 1e-9 or (need <= best[0] + 1e-9 and k < best[1])
+            ):
+                best = (need, k)
+        if best is None and ks.size:  # no length can pay: the least hopeless
+            i = int(np.argmin(ratios / (ks + 1)))
+            fallback = (float(ratios[i] / (ks[i] + 1)), int(ks[i]))
         needed: float | None = None
         if best is not None:
             needed, k = best

@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..speculation.drafttree import EAGLE, NGRAM
 from ..speculation.mode import Mode
@@ -103,6 +103,8 @@ class Scheduler:
         self._last_rest = 0  # the last rest's length (0: none since a draft was accepted)
         self.planning = Recent(0.0, WINDOW)
         self._unfaded = 0  # tokens of quiet steps whose fading the evidence still owes
+        # quiet steps' learning, kept until something reads what auto learnt (_settle)
+        self._deferred: list[tuple[Any, ...]] = []
         # the calibration in use was timed on a busy machine: other programs' CPU use since,
         # to time it again when the machine is quiet (None: it was quiet)
         self._noisy: OtherLoad | None = None
@@ -192,6 +194,7 @@ class Scheduler:
         and a drafter auto put to sleep stays asleep from call to call until a probe is due
         (waking it at every call would pay two switches of the taps and a probe per call).
         Fixed modes leave auto's state alone."""
+        self._settle()  # the last call's quiet steps, learnt from before anything reads them
         self.mode = mode
         self._quiet = 0
         # a new prompt may hold what the reply copies: the index rests shortly at first (its
@@ -288,14 +291,30 @@ class Scheduler:
 
     def _fade(self) -> None:
         """The fading the quiet steps since the last reading owe the evidence, applied at
-        once (~3 us a step less). No evidence was added meanwhile, so the fade is the same in
-        all; FadingCounts applies it in steps of FADE_EVERY tokens, so at a reading the
-        counts may be up to one such step further faded than step by step (a factor of
-        0.5 ** (FADE_EVERY / HALF_LIFE) at most)."""
+        once (~3 us a step less), after the quiet steps' learning still deferred. No evidence
+        was added meanwhile, so the fade is the same in all; FadingCounts applies it in steps
+        of FADE_EVERY tokens, so at a reading the counts may be up to one such step further
+        faded than step by step (a factor of 0.5 ** (FADE_EVERY / HALF_LIFE) at most)."""
+        self._settle()
         if self._unfaded and self.cost is not None and self.choice is not None:
             self.cost.acceptance.advance(self._unfaded)
             self.choice.ngram.advance(self._unfaded)
         self._unfaded = 0
+
+    def _settle(self) -> None:
+        """Learn from the quiet steps that were kept for later, in their order: each as
+        observe would have at its step, the fading owed before it included, so what auto
+        knows at a reading is what learning step by step gives. A quiet step's learning run
+        between two decodes cost ~70 us here, most of it the CPU's caches filled anew after
+        the decode; run together at the next plan or reason, a fraction of that."""
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, []
+        later = self._unfaded  # owed by the quiet steps after the last one kept
+        for unfaded, *step in deferred:
+            self._unfaded = unfaded
+            self._learn(*step)
+        self._unfaded = later
 
     def _auto(self, budget: int, free_cells: int, offer: NGramOffer | None) -> StepPlan:
         assert self.cost is not None and self.choice is not None
@@ -486,6 +505,26 @@ class Scheduler:
         if not plan.learn:  # most quiet steps: only the evidence fades with the tokens
             self._unfaded += emitted  # applied before anything reads the evidence (_fade)
             return
+        step = (plan, offer, verify_rows, ranks, ngram_accepted, alt_hit, costs, emitted)
+        if plan.quiet:  # learnt from at the next reading (_settle), with the fading owed
+            self._deferred.append((self._unfaded, *step))
+            self._unfaded = 0
+            return
+        self._learn(*step)
+
+    def _learn(
+        self,
+        plan: StepPlan,
+        offer: NGramOffer | None,
+        verify_rows: int,
+        ranks: list[tuple[int, int]],
+        ngram_accepted: int,
+        alt_hit: bool,
+        costs: StepCosts,
+        emitted: int,
+    ) -> None:
+        """One step's learning (observe's, now or deferred by _settle)."""
+        assert self.cost is not None and self.choice is not None
         self._fade()
         if self._cycle is not None:
             spent = costs.verify + costs.flush + costs.draft + costs.lookup + costs.build

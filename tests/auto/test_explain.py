@@ -63,6 +63,43 @@ def test_plain_on_a_cpu_curve_is_explained_by_its_numbers() -> None:
     assert json.dumps(v.as_dict())  # JSON-ready for --json and the server
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_quoted_chain_is_the_cheapest_of_all_lengths_on_any_curve(seed: int) -> None:
+    """The reason solves break-even only for lengths whose lower bound can beat the best so
+    far: on random curves (steep, flat, bumpy) its chain and acceptance are those of solving
+    every length, the shorter chain on a tie; where none can pay, the least hopeless."""
+    rng = np.random.default_rng(seed)
+    for trial in range(40):
+        sizes = (1, 2, 4, 8, 16, 32, 64)
+        kind = trial % 3
+        if kind == 0:  # steep (a CPU): often nothing pays
+            r = np.cumsum([1.0, *rng.uniform(0.05, 1.0, len(sizes) - 1)])
+        elif kind == 1:  # flat (a GPU)
+            r = 1.0 + np.cumsum([0.0, *rng.uniform(0.0, 0.05, len(sizes) - 1)])
+        else:  # bumpy
+            r = np.maximum.accumulate(np.array(sizes) ** rng.uniform(0.1, 1.2))
+        m = model({n: 10e-3 * x for n, x in zip(sizes, r, strict=True)})
+        feed(m, [0.5, 0.1, 0.05, 0.35], n=50, seed=trial)
+        m.plan(budget=100)
+        v = m.explain(eagle=bool(trial % 2))
+        assert v is not None
+        plain = m.step_time(None)
+        ratios = {}
+        for k in range(1, min(cm.MAX_DEPTH, m.verify.max_measured - 1) + 1):
+            chain = cm.TreeShape(k, 1, k)
+            cost = m.verify_step(chain) + (m.drafting(chain) if trial % 2 else 0.0)
+            ratios[k] = cost / plain
+        needs = {k: break_even(x, k) for k, x in ratios.items()}
+        feasible = {k: a for k, a in needs.items() if a is not None}
+        if feasible:
+            least = min(feasible.values())
+            assert v.needed == pytest.approx(least, abs=1e-9)
+            assert v.chain == min(k for k, a in feasible.items() if a <= least + 1e-9)
+        else:
+            assert v.needed is None
+            assert v.chain == min(ratios, key=lambda k: ratios[k] / (k + 1))
+
+
 def test_a_curve_where_nothing_can_pay_says_so() -> None:
     m = model({n: 12e-3 * n * 1.3 for n in (1, 2, 4, 8, 16)})
     feed(m, [1.0, 0, 0, 0])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -56,7 +56,7 @@ from .speculation.generation import Event, FinishReason, Generation
 from .speculation.mode import Mode
 from .speculation.plan import StepPlan
 from .speculation.probe import Probe
-from .speculation.sampling import SamplingParams
+from .speculation.sampling import DRY_BREAKERS, DryBreakers, SamplingParams
 from .speculation.specstate import SpecState
 from .speculation.tree import TreeShape
 from .stats import Stats
@@ -276,6 +276,8 @@ class Engine:
         self._can_draft = self._target.max_draft != 0
         self._max_tree = self._target.tree_nodes
         self._eog = self._target.model.eog_mask()
+        self._dry_cache: dict[tuple[str, ...], DryBreakers] = {}
+        self._pieces: list[bytes] | None = None  # every token's text, specials rendered
         self._chat = ChatFormatter(self._target.model, self._target.path)
         self._scheduler = Scheduler(
             has_drafter=self._drafter is not None,
@@ -394,6 +396,19 @@ class Engine:
         seed: int | None = None,
         stop: str | Sequence[str] = (),
         n_draft: NDraft | None = None,
+        min_p: float = 0.0,
+        typical_p: float = 1.0,
+        repeat_penalty: float = 1.0,
+        repeat_last_n: int = 64,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        dry_multiplier: float = 0.0,
+        dry_base: float = 1.75,
+        dry_allowed_length: int = 2,
+        dry_penalty_last_n: int = 64,
+        dry_sequence_breakers: Sequence[str] = DRY_BREAKERS,
+        logit_bias: Mapping[int | str, float] | Sequence[tuple[int | str, float]] = (),
+        sampling: SamplingParams | None = None,
         tree: TreeShape | str | tuple[int, int, int] | None = None,
         draft_source: DraftSource | None = None,
         add_special: bool = True,
@@ -401,10 +416,35 @@ class Engine:
     ) -> Generator[Event, None, None]:
         """Stream a continuation of ``prompt`` (text, or token ids) event by event. n_draft,
         tree and draft_source override the engine's for this call (tree wins when both tree
-        and n_draft are given). A newer call on the same engine supersedes this one: its next
-        step raises GenerationError."""
+        and n_draft are given). The samplers are llama.cpp's, under llama-server's names and
+        in its order (docs/sampling.md); ``sampling`` gives them all at once instead (it wins
+        over the single arguments). A newer call on the same engine supersedes this one: its
+        next step raises GenerationError."""
         self._check_open()
-        sp = SamplingParams(float(temperature), top_k, float(top_p))
+        sp = sampling
+        if sp is None:
+            logit_bias = self._token_bias(logit_bias)
+            sp = SamplingParams(
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                min_p=min_p,
+                typical_p=typical_p,
+                repeat_penalty=repeat_penalty,
+                repeat_last_n=repeat_last_n,
+                presence_penalty=presence_penalty,
+                frequency_penalty=frequency_penalty,
+                dry_multiplier=dry_multiplier,
+                dry_base=dry_base,
+                dry_allowed_length=dry_allowed_length,
+                dry_penalty_last_n=dry_penalty_last_n,
+                dry_sequence_breakers=dry_sequence_breakers,  # type: ignore[arg-type]
+                logit_bias=logit_bias,  # type: ignore[arg-type]
+            )
+        elif not isinstance(sp, SamplingParams):
+            raise InvalidParameterError(
+                f"sampling must be a SamplingParams, got {type(sp).__name__}", "sampling"
+            )
         check_max_tokens(max_tokens)
         mode, notes = self._mode(n_draft, tree, draft_source)
         if seed is not None:
@@ -422,6 +462,7 @@ class Engine:
             stops=stops,
             mode=mode,
             recalibrate=self._scheduler.recalibrate,
+            breakers=self._dry_breakers,
         )
         self._scheduler.recalibrate = False
         self._current = gen
@@ -714,6 +755,44 @@ class Engine:
             except BaseException:
                 self._empty_caches()
                 raise
+
+    def _token_bias(
+        self, bias: Mapping[int | str, float] | Sequence[tuple[int | str, float]]
+    ) -> list[tuple[int, float]]:
+        """logit_bias with texts resolved: a text biases each of its tokens (as llama-server
+        reads [["text", bias]]); token ids pass through, checked by SamplingParams."""
+        items = bias.items() if isinstance(bias, Mapping) else bias
+        try:
+            pairs = [(t, b) for t, b in items]
+        except (TypeError, ValueError):
+            raise InvalidParameterError(
+                f"logit_bias must map token ids to numbers, got {bias!r}", "logit_bias"
+            ) from None
+        out: list[tuple[Any, Any]] = []
+        for t, b in pairs:
+            if isinstance(t, str):
+                toks = self._target.model.tokenize(t, add_special=False, parse_special=False)
+                if not toks:
+                    raise InvalidParameterError("logit_bias names an empty text", "logit_bias")
+                out += [(tok, b) for tok in dict.fromkeys(toks)]
+            else:
+                out.append((t, b))
+        return out
+
+    def _dry_breakers(self, strings: tuple[str, ...]) -> DryBreakers:
+        """DRY's sequence breakers as this model's tokens (a scan of the vocabulary, kept)."""
+        got = self._dry_cache.get(strings)
+        if got is None:
+            model = self._target.model
+            if self._pieces is None:
+                self._pieces = model.pieces(special=True)
+            got = DryBreakers.build(
+                strings,
+                self._pieces,
+                lambda b: model.tokenize(b, add_special=False, parse_special=False),
+            )
+            self._dry_cache[strings] = got
+        return got
 
     def _parts(self) -> Parts:
         return Parts(

@@ -14,6 +14,9 @@ from .native.cache_types import KV_TYPES, QUANTIZED_KV
 from .native.hardware import physical_cores
 from .speculation.tree import MAX_TREE_NODES, TreeShape
 
+# llama.cpp's default DRY sequence breakers (the samplers' default; the CLI shows it)
+DRY_BREAKERS = ("\n", ":", '"', "*")
+
 NDraft = int | Literal["auto"]
 MAX_DRAFT = 32
 DraftSource = Literal["auto", "eagle", "mtp", "ngram", "none"]

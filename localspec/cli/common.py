@@ -15,6 +15,7 @@ from ..errors import InvalidParameterError, LocalspecError
 from ..files.session_cache import DEFAULT_MAX_BYTES
 from ..options import (
     DRAFT_SOURCES,
+    DRY_BREAKERS,
     KV_TYPES,
     ROLLBACK_MODES,
     RuntimeOptions,
@@ -275,6 +276,18 @@ FLAGS = {
     "temperature": "--temperature",
     "top_k": "--top-k",
     "top_p": "--top-p",
+    "min_p": "--min-p",
+    "typical_p": "--typical-p",
+    "repeat_penalty": "--repeat-penalty",
+    "repeat_last_n": "--repeat-last-n",
+    "presence_penalty": "--presence-penalty",
+    "frequency_penalty": "--frequency-penalty",
+    "dry_multiplier": "--dry-multiplier",
+    "dry_base": "--dry-base",
+    "dry_allowed_length": "--dry-allowed-length",
+    "dry_penalty_last_n": "--dry-penalty-last-n",
+    "dry_sequence_breakers": "--dry-sequence-breaker",
+    "logit_bias": "--logit-bias",
     "seed": "--seed",
     "stop": "--stop",
 }
@@ -356,6 +369,81 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help=TOP_P_HELP)
     p.add_argument("--seed", type=int, default=None, help=SEED_HELP)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    add_sampler_args(p)
+
+
+def add_sampler_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's samplers under its own flags (applied in its order: logit bias, penalties,
+    DRY, top-k, typical-p, top-p, min-p, temperature; docs/sampling.md)."""
+    g = p.add_argument_group("samplers (llama.cpp's, in its order)")
+    g.add_argument(
+        "--min-p", type=float, default=0.0, help="keep tokens at least P times as likely as the "
+        "likeliest (0: off)",
+    )  # fmt: skip
+    g.add_argument("--typical-p", "--typical", type=float, default=1.0, help="typical-p (1: off)")
+    g.add_argument(
+        "--repeat-penalty", "--repetition-penalty", type=float, default=1.0,
+        help="divide a repeated token's logit by this (1: off)",
+    )  # fmt: skip
+    g.add_argument(
+        "--repeat-last-n", type=int, default=64,
+        help="tokens the penalties look back over, the prompt's included (-1: the context)",
+    )  # fmt: skip
+    g.add_argument("--presence-penalty", type=float, default=0.0, help="(0: off)")
+    g.add_argument("--frequency-penalty", type=float, default=0.0, help="(0: off)")
+    g.add_argument("--dry-multiplier", type=float, default=0.0, help="DRY (0: off)")
+    g.add_argument("--dry-base", type=float, default=1.75, help="DRY's base")
+    g.add_argument("--dry-allowed-length", type=int, default=2, help="DRY's allowed length")
+    g.add_argument(
+        "--dry-penalty-last-n", type=int, default=64,
+        help="tokens DRY looks back over (-1: the context)",
+    )  # fmt: skip
+    g.add_argument(
+        "--dry-sequence-breaker", action="append", default=None, metavar="TEXT",
+        help="a DRY sequence breaker (repeatable; 'none': none; default: newline, ':', '\"', "
+        "'*')",
+    )  # fmt: skip
+    g.add_argument(
+        "--logit-bias", "-l", action="append", default=[], metavar="ID(+/-)BIAS",
+        help="add BIAS to token ID's logit, e.g. 15043+1, 15043-inf (repeatable)",
+    )  # fmt: skip
+
+
+_BIAS = re.compile(r"^(\d+)([+-])(inf|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)$")
+
+
+def sampler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampler flags as Engine keyword arguments (checked by the engine)."""
+    bias = []
+    for spec in args.logit_bias:
+        m = _BIAS.match(spec.strip())
+        if m is None:
+            raise InvalidParameterError(
+                f"logit_bias must read TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, "
+                f"15043-inf), got {spec!r}",
+                "logit_bias",
+            )
+        value = float(m.group(3))
+        bias.append((int(m.group(1)), value if m.group(2) == "+" else -value))
+    breakers = args.dry_sequence_breaker
+    if breakers is None:
+        breakers = list(DRY_BREAKERS)
+    elif breakers == ["none"]:
+        breakers = []
+    return {
+        "min_p": args.min_p,
+        "typical_p": args.typical_p,
+        "repeat_penalty": args.repeat_penalty,
+        "repeat_last_n": args.repeat_last_n,
+        "presence_penalty": args.presence_penalty,
+        "frequency_penalty": args.frequency_penalty,
+        "dry_multiplier": args.dry_multiplier,
+        "dry_base": args.dry_base,
+        "dry_allowed_length": args.dry_allowed_length,
+        "dry_penalty_last_n": args.dry_penalty_last_n,
+        "dry_sequence_breakers": breakers,
+        "logit_bias": bias,
+    }
 
 
 class DefaultsHelp(argparse.HelpFormatter):

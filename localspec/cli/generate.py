@@ -16,6 +16,7 @@ from .common import (
     calibrate_first,
     check_max_tokens_flag,
     engine_config,
+    sampler_kwargs,
     say_mode_notes,
     target_arg,
 )
@@ -59,6 +60,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             top_p=args.top_p,
             seed=args.seed,
             stop=args.stop,
+            **sampler_kwargs(args),
         )
         if args.chat:
             msgs = [{"role": "system", "content": args.system}] if args.system else []

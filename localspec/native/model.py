@@ -132,8 +132,8 @@ class NativeModel:
 
     # --- vocabulary ----------------------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        data = text.encode("utf-8")
+    def tokenize(self, text: str | bytes, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else text
         cap = len(data) + 16
         buf = (C.llama_token * cap)()
         n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
@@ -151,6 +151,21 @@ class NativeModel:
             n = C.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
             return buf.raw[:n]
         return self._piece_buf.raw[:n]
+
+    def pieces(self, *, special: bool) -> list[bytes]:
+        """Every token's bytes as a one-token detokenization gives them; special: control
+        tokens render as their text (llama.cpp's DRY reads them so)."""
+        buf = ctypes.create_string_buffer(256)
+        out = []
+        for t in range(self.n_vocab):
+            n = C.llama_token_to_piece(self.vocab, t, buf, 256, 0, special)
+            if n < 0:
+                big = ctypes.create_string_buffer(-n)
+                n = C.llama_token_to_piece(self.vocab, t, big, -n, 0, special)
+                out.append(big.raw[:n])
+            else:
+                out.append(buf.raw[:n])
+        return out
 
     def token_text(self, token: int) -> str:
         """A token's text as stored in the vocabulary ('' for an invalid id)."""

@@ -69,6 +69,8 @@ def engine_error(exc: Exception, prompt_field: str) -> APIError:
     message = str(exc)
     first = message.split(" ", 1)[0]
     param = first if first in _ENGINE_PARAMS else None
+    if isinstance(exc, InvalidParameterError) and exc.parameter and param is None:
+        param = exc.parameter  # a sampler's setting, named as the request spells it
     if isinstance(exc, InvalidParameterError) and param is None:
         param = prompt_field if ("prompt" in message or "token ids" in message) else None
     return APIError(400, message, param=param)

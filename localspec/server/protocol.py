@@ -155,9 +155,6 @@ UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "suffix": ("",),
     "logprobs": (False, 0),
     "top_logprobs": (0,),
-    "logit_bias": ({},),
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
     "tools": ([],),
     "tool_choice": ("none",),
     "functions": ([],),
@@ -173,6 +170,22 @@ UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
 }
 
 
+# request fields passed to the engine under their own names when given
+SAMPLER_FIELDS = (
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "min_p",
+    "typical_p",
+    "repeat_last_n",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+)
+
+
 class _Generation(_Strict):
     """The fields shared by chat and raw completions."""
 
@@ -183,6 +196,21 @@ class _Generation(_Strict):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)  # extension (llama-server's); 0 = no limit
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    # llama.cpp's samplers under llama-server's names (ranges checked by SamplingParams, which
+    # names the field); OpenAI's penalties and logit_bias are among them
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: Any = None  # {"token id": bias}, or [[id or text, bias]]; false bans
+    min_p: float | None = None
+    typical_p: float | None = None
+    repeat_penalty: float | None = None
+    repetition_penalty: float | None = None  # vLLM's name for repeat_penalty
+    repeat_last_n: int | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: list[str] | None = None
     # checked by the engine's own functions (options.py), so that the two cannot disagree
     stop: Any = None  # a string or a list of strings
     stream: bool | None = None  # null: false, as OpenAI
@@ -201,9 +229,43 @@ class _Generation(_Strict):
     n: Any = None
     logprobs: Any = None
     top_logprobs: Any = None
-    logit_bias: Any = None
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, v: Any) -> list[tuple[int | str, float]] | None:
+        """OpenAI's {"token id": bias} or llama-server's [[token id or text, bias]]; a bias of
+        false bans the token (-inf); a text biases each of its tokens."""
+        if v is None:
+            return None
+        if isinstance(v, dict):
+            items = list(v.items())
+            keys = []
+            for k, _ in items:
+                try:
+                    keys.append(int(k))
+                except ValueError:
+                    raise ValueError(
+                        f"logit_bias keys must be token ids, got {json.dumps(k)}"
+                    ) from None
+            pairs = list(zip(keys, [b for _, b in items], strict=True))
+        elif isinstance(v, list) and all(isinstance(e, list) and len(e) == 2 for e in v):
+            pairs = [(e[0], e[1]) for e in v]
+        else:
+            raise ValueError(
+                'logit_bias must be {"token id": bias} or [[token id or text, bias], ...]'
+            )
+        out: list[tuple[int | str, float]] = []
+        for t, b in pairs:
+            if isinstance(t, bool) or not isinstance(t, (int, str)):
+                raise ValueError(f"logit_bias names a token by id or text, got {json.dumps(t)}")
+            if b is False:
+                bias = float("-inf")
+            elif isinstance(b, bool) or not isinstance(b, (int, float)):
+                raise ValueError(f"logit_bias values are numbers or false, got {json.dumps(b)}")
+            else:
+                bias = float(b)
+            out.append((t, bias))
+        return out
 
     @field_validator("stop")
     @classmethod
@@ -248,6 +310,15 @@ class _Generation(_Strict):
 
     def problem(self) -> Problem | None:
         """The first field set to a value this server cannot honour, if any."""
+        if (
+            self.repeat_penalty is not None
+            and self.repetition_penalty is not None
+            and self.repeat_penalty != self.repetition_penalty
+        ):
+            return Problem(
+                "repetition_penalty",
+                "repeat_penalty and repetition_penalty (its vLLM spelling) disagree: give one",
+            )
         for name, accepted in UNSUPPORTED_DEFAULTS.items():
             value = getattr(self, name, None)
             if value is not None and not any(
@@ -266,6 +337,13 @@ class _Generation(_Strict):
             "seed": self.seed,
             "stop": self.stop or (),
         }
+        repeat = self.repeat_penalty if self.repeat_penalty is not None else self.repetition_penalty
+        if repeat is not None:
+            kw["repeat_penalty"] = repeat
+        for name in SAMPLER_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                kw[name] = value
         if self.n_draft is not None:
             kw["n_draft"] = self.n_draft
         if self.tree is not None:

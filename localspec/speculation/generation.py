@@ -15,9 +15,9 @@ from .drafttree import EAGLE, DraftTree
 from .mode import Mode
 from .plan import StepPlan
 from .probe import StepCosts
-from .sampling import Draws, SamplingParams
+from .sampling import Draws, DryBreakers, Sampler, SamplingParams
 from .step import speculative_step
-from .verify import Outcome, pick
+from .verify import Outcome
 
 if TYPE_CHECKING:
     from ..runtime.parts import Parts
@@ -57,6 +57,7 @@ class Generation:
         stops: list[str],
         mode: Mode,
         recalibrate: bool = False,
+        breakers: Callable[[tuple[str, ...]], DryBreakers] | None = None,
     ) -> None:
         self.parts = parts
         self.lock = lock  # held for each step; raises once a newer call superseded this one
@@ -64,6 +65,15 @@ class Generation:
         self.prompt = tokens
         self.max_tokens = max_tokens
         self.sp = sampling
+        # the chain with this call's history (the prompt first); refused here, before any
+        # work, where the call's settings do not fit the model (a bias outside its vocabulary)
+        self.sampler = Sampler(
+            sampling,
+            n_vocab=parts.target.model.n_vocab,
+            n_ctx=parts.target.n_ctx,
+            history=tokens,
+            breakers=breakers,
+        )
         self.draws = Draws(seed, len(tokens))
         self.text = TextStream(stops)
         self.mode = mode
@@ -122,7 +132,8 @@ class Generation:
             whole_history=self.mode.kind != "auto",
         )
         self.stats.cached_tokens = keep
-        self.last = pick(logits, self.sp, self.draws.rng, self.draws.at(len(self.prompt)))
+        self.last = self.sampler.choose(logits, (), self.draws.rng, self.draws.at(len(self.prompt)))
+        self.sampler.push((self.last,))
         state.chosen(self.last)
         self.stats.t_prefill += sum(parts.probe.take()[0].values())  # prompt, index
 
@@ -183,7 +194,7 @@ class Generation:
         if proposal is not None or q or planned.ranks != ranks:  # (a plain step: as planned)
             plan = replace(planned, proposal=proposal, sampled=self.sp if q else None, ranks=ranks)
         # step
-        tree, out = speculative_step(state, self.last, plan, self.sp, self.draws)
+        tree, out = speculative_step(state, self.last, plan, self.sampler, self.draws)
         w1, c1 = probe.now()
         wall, cost = probe.take()
         # learn
@@ -200,8 +211,10 @@ class Generation:
             t_plan=None if plan.quiet else t_plan,
         )
         self.last = out.y
+        emitted = out.emitted(tree)
+        self.sampler.push(emitted)
         sources = ["+".join(sorted(tree.sources[i])) for i in out.path]
-        return out.emitted(tree), [*sources, ""]
+        return emitted, [*sources, ""]
 
     def _record(
         self,

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from .drafttree import DraftTree
 from .plan import StepPlan
-from .sampling import Draws, SamplingParams
+from .sampling import Draws, Sampler
 from .specstate import SpecState
 from .verify import Outcome, walk
 
 
 def speculative_step(
-    state: SpecState, last: int, plan: StepPlan, sp: SamplingParams, draws: Draws
+    state: SpecState, last: int, plan: StepPlan, sampler: Sampler, draws: Draws
 ) -> tuple[DraftTree, Outcome]:
     n = state.n
     tree = state.draft(plan, draws.rng)
     logits = state.verify(last, tree)
-    out = walk(tree, logits, sp, draws, n + 1)
+    out = walk(tree, logits, sampler, draws, n + 1)
     state.commit(last, tree, out)
     return tree, out

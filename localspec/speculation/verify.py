@@ -1,7 +1,9 @@
 """Accepting a verified draft: the one walk down a draft tree, for every source and shape.
 
 At each node (the root first) the target's token for the next position is chosen from that
-node's logits exactly as plain decoding would choose it: the argmax, or a draw from the
+node's logits exactly as plain decoding would choose it: the sampler chain applied with the
+node's own history (the generation's tokens, then the path's down to the node: a penalty's
+window holds the drafted tokens before it), then the likeliest survivor or a draw from the
 target's distribution with the position's own uniform (sampling.Draws). If a child carries that
 token the walk moves into it, else the token is emitted and the step ends. Every emitted token
 is then the one plain decoding would emit, whatever the sources proposed: lossless by
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .drafttree import DraftTree
-from .sampling import Draws, SamplingParams, probs, sample, sample_at
+from .sampling import Draws, Sampler, SamplingParams, probs, sample, sample_at
 
 
 @dataclass
@@ -45,20 +47,19 @@ class Outcome:
 def pick(
     logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator, u: float | None = None
 ) -> int:
-    """The target's token from its logits: the argmax (greedy) or a draw (with the uniform u
-    when given)."""
-    if sp.greedy:
+    """A token from logits without history (the samplers that read none): the likeliest
+    survivor (greedy) or a draw (with the uniform u when given)."""
+    if sp.greedy and not sp.logit_bias and sp.typical_p == 1.0:
         return int(np.argmax(logits))
     p = probs(logits, sp)
     return sample(p, rng) if u is None else sample_at(p, u)
 
 
-def walk(
-    tree: DraftTree, logits: np.ndarray, sp: SamplingParams, draws: Draws, pos: int
-) -> Outcome:
+def walk(tree: DraftTree, logits: np.ndarray, sampler: Sampler, draws: Draws, pos: int) -> Outcome:
     """Rows: 0 the root, i + 1 node i. pos: the position of the root row's next token."""
     children = tree.children()
     node, out = -1, Outcome([], -1)
+    path: list[int] = []  # the accepted nodes' tokens: the history after the sampler's own
     while True:
         row = logits[node + 1]
         kids = children.get(node, {})
@@ -66,10 +67,11 @@ def walk(
         nxt: int | None
         if sampled:
             assert len(kids) == 1, "a sampled draft is its parent's only child"
-            y, hit = _rejection(row, tree.tokens[sampled[0]], tree.q[sampled[0]], sp, draws)
+            p = sampler.distribution(row, path)
+            y, hit = _rejection(p, tree.tokens[sampled[0]], tree.q[sampled[0]], draws)
             nxt = sampled[0] if hit else None
         else:
-            y = pick(row, sp, draws.rng, draws.at(pos + len(out.path)))
+            y = sampler.choose(row, path, draws.rng, draws.at(pos + len(out.path)))
             nxt = kids.get(y)
         scores = tree.scores.get(node)
         if scores is not None:
@@ -78,14 +80,13 @@ def walk(
             out.y = y
             return out
         out.path.append(nxt)
+        path.append(y)
         node = nxt
 
 
-def _rejection(
-    row: np.ndarray, d: int, q: np.ndarray, sp: SamplingParams, draws: Draws
-) -> tuple[int, bool]:
-    """(the token, whether it is the draft d) by speculative rejection sampling."""
-    p = probs(row, sp)
+def _rejection(p: np.ndarray, d: int, q: np.ndarray, draws: Draws) -> tuple[int, bool]:
+    """(the token, whether it is the draft d) by speculative rejection sampling against the
+    target's distribution p."""
     if draws.rng.random() * q[d] < p[d]:  # accept with probability min(1, p/q)
         return d, True
     residual = np.maximum(p - q, 0.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ import sys
 
 import pytest
 
+import localspec
 from localspec.cli import main
 
 
@@ -370,6 +372,13 @@ def test_errors_name_the_flag_typed(models, capsys) -> None:
         (["-t", "0"], "-t/--threads must be", "n_threads"),
         (["-k", "99"], "-k/--n-draft must be", "n_draft"),
         (["--stop", ""], "--stop strings must be", None),
+        (["--min-p", "2"], "--min-p must be", "min_p"),
+        (["--repeat-penalty", "0"], "--repeat-penalty must be", "repeat_penalty"),
+        (["--repeat-last-n", "-3"], "--repeat-last-n must be", "repeat_last_n"),
+        (["--dry-base", "0.5"], "--dry-base must be", "dry_base"),
+        (["--logit-bias", "15+x"], "--logit-bias must read", "logit_bias"),
+        (["--logit-bias", "99999+1"], "--logit-bias names token 99999", "logit_bias"),
+        (["--dry-sequence-breaker", ""], "--dry-sequence-breaker must be", None),
     ):
         assert main([*base, *extra]) == 1
         err = capsys.readouterr().err
@@ -379,6 +388,27 @@ def test_errors_name_the_flag_typed(models, capsys) -> None:
             assert param not in err, err
     assert main(["chat", models["target"], "--top-k", "-1"]) == 1
     assert capsys.readouterr().err.startswith("localspec: error: --top-k must be")
+
+
+def test_sampler_flags_give_the_apis_text(agree, capsys) -> None:
+    """llama.cpp's sampler flags reach the engine under the API's names: the text
+    Engine.complete gives with the same settings (penalties and a ban change it here)."""
+    target, _ = agree
+    flags = ["--repeat-penalty", "1.3", "--presence-penalty", "80", "--repeat-last-n", "40",
+             "--min-p", "0.05", "--dry-multiplier", "0.8", "--dry-sequence-breaker", "none",
+             "--logit-bias", f"{ord('k')}-inf", "-l", f"{ord('q')}+2.5"]  # fmt: skip
+    prompt = "abcdefghijklmnopqrstuvwxyzabc"
+    assert main(["generate", target, "-p", prompt, "-n", "40", "--json", *flags]) == 0
+    out = json.loads(capsys.readouterr().out)
+    with localspec.load(target) as eng:  # as the command loads it (the drafter beside it)
+        want = eng.complete(
+            prompt, max_tokens=40, repeat_penalty=1.3, presence_penalty=80.0, repeat_last_n=40,
+            min_p=0.05, dry_multiplier=0.8, dry_sequence_breakers=[],
+            logit_bias={ord("k"): -math.inf, ord("q"): 2.5},
+        )  # fmt: skip
+        plain = eng.complete(prompt, max_tokens=40)
+    assert out["text"] == want.text
+    assert want.text != plain.text
 
 
 def test_zero_tokens_are_refused_by_every_command(models, fake_app, tmp_path, capsys) -> None:

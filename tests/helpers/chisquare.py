@@ -9,7 +9,9 @@ import math
 import numpy as np
 
 from localspec.lowlevel import parts
-from localspec.speculation.sampling import SamplingParams, probs
+from localspec.speculation.sampling import SamplingParams
+
+from helpers.llama_samplers import native_distribution
 
 SP = {"temperature": 30.0, "top_k": 3}
 N_SAMPLES = 3000
@@ -24,15 +26,17 @@ def chi2_critical(df: int, z: float = 3.09) -> float:
 def exact_distribution(
     eng, prompt: list[int], sp_kw: dict = SP, length: int = LEN
 ) -> dict[tuple[int, ...], float]:
-    """P(t1, .., t_length) from the target's own logits, one context at a time (a sequence
-    ends early at an end-of-generation token, which is not emitted: key ends with -1)."""
+    """P(t1, .., t_length) from the target's own logits, one context at a time, through
+    llama.cpp's own sampler chain with the context as its history (a sequence ends early at
+    an end-of-generation token, which is not emitted: key ends with -1)."""
     sp = SamplingParams(**sp_kw)
     tgt = parts(eng).target
     tgt.set_taps_active(False)
 
     def dist(ctx: list[int]) -> np.ndarray:
         tgt.clear()
-        return probs(np.array(tgt.decode(ctx, all_logits=False)[0]), sp)
+        logits = np.array(tgt.decode(ctx, all_logits=False)[0])
+        return native_distribution(logits, sp, ctx, tgt.model.vocab)
 
     out: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(length):

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.lowlevel import parts
+from localspec.speculation.sampling import SamplingParams
+
+from helpers.llama_samplers import native_logits
 
 # largest logit gap that counts as a near-tie: f32 weights and KV round in the last bits only;
 # quantized weights with an f16 cache differed by up to ~1 logit beyond 256 cached cells
@@ -47,16 +50,26 @@ def replay_plain_greedy(
     *,
     margin: float,
     finish: str | None = None,
+    sampling: SamplingParams | None = None,
 ) -> Replay:
     """Assert out is plain greedy decoding of prompt up to near-ties (gap < margin). finish
-    "eos": plain decoding would end there too. Leaves the engine's caches empty."""
+    "eos": plain decoding would end there too. sampling: greedy through llama.cpp's own
+    sampler chain with these settings (penalties, DRY, logit bias...), its history the prompt
+    and the tokens before. Leaves the engine's caches empty."""
     tgt = parts(eng).target
     active = tgt.taps_active
     tgt.set_taps_active(False)
     eng.reset()
     rep = Replay()
     try:
-        logits = np.array(tgt.prefill(list(prompt))[0])
+        history = list(prompt)
+
+        def chain(raw: np.ndarray) -> np.ndarray:
+            if sampling is None:
+                return raw
+            return native_logits(raw, sampling, history, tgt.model.vocab)
+
+        logits = chain(np.array(tgt.prefill(list(prompt))[0]))
         for i, t in enumerate(out):
             y = int(np.argmax(logits))
             if y != t:
@@ -66,8 +79,9 @@ def replay_plain_greedy(
                     f"(near-tie margin {margin})"
                 )
                 rep.ties.append((i, gap))
+            history.append(int(t))
             if i + 1 < len(out) or finish == "eos":  # the last token is decoded only to check
-                logits = np.array(tgt.decode([int(t)], all_logits=False)[0])
+                logits = chain(np.array(tgt.decode([int(t)], all_logits=False)[0]))
         assert len(rep.ties) <= max_ties(len(out), margin), f"too many near-ties: {rep.ties}"
         if finish == "eos":
             y = int(np.argmax(logits))
@@ -80,10 +94,18 @@ def replay_plain_greedy(
 
 
 def assert_greedy_lossless(
-    eng, prompt: str | Sequence[int], completion, *, margin: float = F32_MARGIN, **tok_kw
+    eng,
+    prompt: str | Sequence[int],
+    completion,
+    *,
+    margin: float = F32_MARGIN,
+    sampling: SamplingParams | None = None,
+    **tok_kw,
 ) -> Replay:
     """The completion of prompt (text, tokenized as the engine does with tok_kw, or ids) is
-    plain greedy up to near-ties."""
+    plain greedy up to near-ties (through llama.cpp's chain with `sampling` when given)."""
     ids = eng.tokenize(prompt, **tok_kw) if isinstance(prompt, str) else list(prompt)
     finish = completion.finish_reason
-    return replay_plain_greedy(eng, ids, completion.tokens, margin=margin, finish=finish)
+    return replay_plain_greedy(
+        eng, ids, completion.tokens, margin=margin, finish=finish, sampling=sampling
+    )

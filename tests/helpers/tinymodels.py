@@ -272,9 +272,12 @@ def write_agreeing_pair(
     eos_after: int | None = None,
     name: str = "agree",
     shape: TargetShape | None = None,
+    head_scale: float = 4.0,
 ) -> tuple[str, str]:
     """Target and drafter that agree; with break_at=c the drafter is wrong after letter c.
-    head_noise adds random logits to the (shared) head, so sampling has real choices.
+    head_noise adds random logits to the (shared) head, so sampling has real choices;
+    head_scale scales the head (a small one spreads the distribution at temperature 1, where
+    llama.cpp's top-p, typical-p and min-p judge it).
     shape: a target of that size (n_embd >= N_VOCAB) whose layers are zeros, as costly to run
     as a real model of its shape (benchmarks)."""
     ts = shape or TargetShape(n_embd=AGREE_EMBD, n_layer=4, n_head=4, n_head_kv=4, n_ff=32)
@@ -287,7 +290,7 @@ def write_agreeing_pair(
     head[sg, np.arange(N_VOCAB)] = 1.0  # logit of sigma(t) is high for one-hot(t)
     if head_noise:
         head += np.random.default_rng(5).standard_normal(head.shape).astype(np.float32) * head_noise
-    w: dict[str, np.ndarray] = {"token_embd.weight": eye, "output.weight": head * 4.0}
+    w: dict[str, np.ndarray] = {"token_embd.weight": eye, "output.weight": head * head_scale}
     for i in range(ts.n_layer):
         w[f"blk.{i}.attn_output.weight"] = np.zeros((d, d), dtype=np.float32)
         w[f"blk.{i}.ffn_down.weight"] = np.zeros((d, ts.n_ff), dtype=np.float32)

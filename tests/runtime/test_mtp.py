@@ -90,13 +90,24 @@ def test_auto_drafts_with_the_head_where_verifying_is_cheap(agreeing, monkeypatc
         assert_greedy_lossless(eng, prompt, c)
 
 
-def test_mtp_chain_sampling_matches_target_distribution(agreeing) -> None:
-    """Rejection sampling from the head's own distribution: the target's distribution exactly
-    (the head agrees on the best token, not on the two others top_k keeps)."""
+@pytest.mark.parametrize(
+    "sp_kw",
+    [
+        {"temperature": 30.0, "top_k": 3},
+        # penalties whose window holds the drafted tokens before each position
+        {"temperature": 30.0, "top_k": 3, "presence_penalty": 2.0, "repeat_penalty": 1.3,
+         "repeat_last_n": 4},
+    ],
+    ids=["top_k", "penalties"],
+)  # fmt: skip
+def test_mtp_chain_sampling_matches_target_distribution(agreeing, sp_kw) -> None:
+    """Rejection sampling from the head's own distribution on the hybrid target: the target's
+    distribution exactly, as llama.cpp's chain gives it (the head agrees on the best token,
+    not on the two others top_k keeps)."""
     with localspec.load(agreeing, **EXACT, draft_source="mtp") as eng:
         prompt = eng.tokenize("abc")
-        expected = exact_distribution(eng, prompt)
-        stat, df, acc = chi2_of_samples(eng, prompt, expected, n_samples=2000, n_draft=2)
+        expected = exact_distribution(eng, prompt, sp_kw)
+        stat, df, acc = chi2_of_samples(eng, prompt, expected, sp_kw, n_samples=2000, n_draft=2)
     assert 0.05 < acc < 1.95, acc  # drafts were accepted and rejected
     assert df >= 5
     assert stat < chi2_critical(df), (stat, df)

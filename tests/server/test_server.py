@@ -296,6 +296,99 @@ def test_seed_gives_the_text_of_engine_complete(models) -> None:
         assert r.choices[0].message.content == want.text
 
 
+# llama.cpp's samplers as clients send them: OpenAI's fields through the client's own
+# arguments, llama-server's and vLLM's through extra_body
+SAMPLERS = {
+    "min_p": 0.05,
+    "typical_p": 0.9,
+    "repeat_penalty": 1.2,
+    "repeat_last_n": 32,
+    "dry_multiplier": 0.8,
+    "dry_base": 1.75,
+    "dry_allowed_length": 2,
+    "dry_penalty_last_n": 48,
+    "dry_sequence_breakers": ["\n", ":"],
+}
+
+
+def test_samplers_give_the_text_of_engine_complete(models) -> None:
+    """Penalties, DRY, min-p, typical-p and logit bias (OpenAI's {"id": bias}, llama-server's
+    [[text, bias]] and false) on both endpoints, through the OpenAI client: the text a second
+    engine gives through Engine.complete with the same settings, for three seeds."""
+    sampling = {"temperature": 0.9, "top_k": 40, "max_tokens": 40}
+    openai_kw = {"presence_penalty": 0.4, "frequency_penalty": 0.3}
+    with (
+        localspec.load(models["target"], draft=models["draft31"], **OPTS) as served,
+        localspec.load(models["target"], draft=models["draft31"], **OPTS) as ref,
+        running(served) as u,
+    ):
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none", max_retries=0)
+        a = ref.tokenize("a")[0]
+        texts = {}
+        for seed, bias_in, bias_ref in (
+            (1, {"logit_bias": {str(a): 3}}, {a: 3.0}),
+            (2, {"logit_bias": {str(a): -100}}, {a: -100.0}),
+            (3, {}, {}),
+        ):
+            r = client.completions.create(
+                model="x",
+                prompt="Once upon",
+                seed=seed,
+                extra_body={"top_k": 40, **SAMPLERS},
+                **openai_kw,
+                **bias_in,
+                **_chat(sampling),
+            )
+            want = ref.complete(
+                "Once upon", seed=seed, logit_bias=bias_ref, **openai_kw, **SAMPLERS, **sampling
+            )
+            assert r.choices[0].text == want.text
+            texts[seed] = want.text
+        assert len(set(texts.values())) == 3
+        # the settings matter: without them the same seed gives another text
+        assert ref.complete("Once upon", seed=3, **sampling).text != texts[3]
+        # chat, with vLLM's spelling and llama-server's [[text, bias]] and false
+        msgs = [{"role": "user", "content": "Hi"}]
+        body = {**SAMPLERS, "top_k": 40, "logit_bias": [["a", 2.0], [a + 1, False]]}
+        body["repetition_penalty"] = body.pop("repeat_penalty")
+        r = client.chat.completions.create(
+            model="x", messages=msgs, seed=5, extra_body=body, **openai_kw, **_chat(sampling)
+        )
+        prompt, stops = ref.format_chat(msgs)
+        want = ref.complete(
+            prompt, seed=5, stop=stops, add_special=False, parse_special=True,
+            logit_bias=[("a", 2.0), (a + 1, float("-inf"))], **openai_kw, **SAMPLERS,
+            **sampling,
+        )  # fmt: skip
+        assert r.choices[0].message.content == want.text
+
+
+BAD_SAMPLERS = [
+    ({"min_p": 2.0}, "min_p", "min_p must be in"),
+    ({"repeat_penalty": 0}, "repeat_penalty", "repeat_penalty must be in"),
+    ({"repetition_penalty": -1.0}, "repeat_penalty", "repeat_penalty must be in"),
+    ({"repeat_penalty": 1.1, "repetition_penalty": 1.3}, "repetition_penalty", "disagree"),
+    ({"dry_base": 0.5}, "dry_base", "dry_base must be in"),
+    ({"logit_bias": {"abc": 1}}, "logit_bias", "token ids"),
+    ({"logit_bias": {"99999": 1}}, "logit_bias", "outside this model's vocabulary"),
+    ({"logit_bias": [[1, "much"]]}, "logit_bias", "numbers or false"),
+    ({"dry_sequence_breakers": [""]}, "dry_sequence_breakers", "non-empty strings"),
+    ({"presence_penalty": 1e9}, "presence_penalty", "presence_penalty must be in"),
+]
+
+
+@pytest.mark.parametrize(("extra", "param", "message"), BAD_SAMPLERS, ids=lambda x: str(x))
+def test_bad_sampler_settings_are_400s_naming_them(url, rec, extra, param, message) -> None:
+    for path, body in (
+        ("/v1/chat/completions", _chat_body(**extra)),
+        ("/v1/completions", {"prompt": "abc", "max_tokens": 2, **extra}),
+    ):
+        r = post(url, path, body)
+        assert r.status_code == 400, r.text
+        err = _error(r)
+        assert err["param"] == param and message in err["message"], err
+
+
 def _chat(sampling: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in sampling.items() if k != "top_k"}
 
@@ -332,9 +425,6 @@ UNSUPPORTED_CHAT = [
     ("tool_choice", "auto"),
     ("logprobs", True),
     ("top_logprobs", 3),
-    ("logit_bias", {"97": 5}),
-    ("presence_penalty", 0.5),
-    ("frequency_penalty", 1.0),
     ("response_format", {"type": "json_object"}),
     ("functions", [{"name": "f"}]),
     ("reasoning_effort", "high"),

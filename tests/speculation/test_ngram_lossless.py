@@ -211,6 +211,30 @@ def test_ngram_chain_sampling_matches_target_distribution(noisy_pair) -> None:
     assert stat < chi2_critical(df), (stat, df)
 
 
+def test_ngram_sampling_under_penalties_matches_target_distribution(noisy_pair) -> None:
+    """n-gram drafts judged with penalties whose window holds the drafts before each position
+    (a frequency penalty pushes the repeated continuation down where it repeats): llama.cpp's
+    chain's distribution, and a seed's text is plain sampling's."""
+    kw = {**SP, "frequency_penalty": 1.5, "presence_penalty": 0.5, "repeat_last_n": 6}
+    target, _ = noisy_pair
+    with localspec.load(target, draft=False, **EXACT) as eng:
+        prompt = repeating_prompt(eng, LEN)
+        expected = exact_distribution(eng, prompt, kw, length=LEN)
+        assert abs(sum(expected.values()) - 1) < 1e-9
+        stat, df, acc = chi2_of_samples(
+            eng, prompt, expected, kw, length=LEN, n_samples=N, draft_source="ngram", n_draft=2
+        )
+        for seed in range(20):
+            gen = {"max_tokens": 12, "seed": seed, **kw}
+            assert (
+                eng.complete(prompt, draft_source="ngram", n_draft=4, **gen).tokens
+                == eng.complete(prompt, n_draft=0, **gen).tokens
+            )
+    assert acc > 0.1, acc  # drafts were accepted
+    assert df >= 20
+    assert stat < chi2_critical(df), (stat, df)
+
+
 def test_auto_sampling_with_ngram_drafts_matches_target_distribution(
     noisy_pair, monkeypatch
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -13,7 +14,9 @@ from localspec.speculation.sampling import SamplingParams, probs
 from conftest import EXACT
 from helpers.chisquare import chi2_critical, chi2_of_samples, exact_distribution
 
-SP_TOP_P = {"temperature": 15.0, "top_p": 0.4}  # a nucleus of 2 to ~12 tokens per position
+# min-p judges the logits before the temperature (llama.cpp's order): this head's logits lie
+# tens apart, so a cut 45 below the likeliest keeps 1 to ~24 tokens per position
+SP_MIN_P = {"temperature": 15.0, "min_p": math.exp(-45.0)}
 
 
 def test_speculative_sampling_matches_target_distribution(noisy_pair) -> None:
@@ -29,15 +32,15 @@ def test_speculative_sampling_matches_target_distribution(noisy_pair) -> None:
     assert stat < chi2_critical(df), (stat, df)
 
 
-def test_speculative_sampling_with_top_p_matches_target_distribution(noisy_pair) -> None:
-    """Rejection sampling with a nucleus: drafter and target distributions are both cut by
-    top_p before the acceptance test and the residual."""
+def test_speculative_sampling_with_min_p_matches_target_distribution(noisy_pair) -> None:
+    """Rejection sampling with a cut: drafter and target distributions are both cut by
+    min_p before the acceptance test and the residual."""
     target, draft = noisy_pair
     with localspec.load(target, draft=draft, **EXACT) as eng:
         prompt = eng.tokenize("abc")
-        expected = exact_distribution(eng, prompt, SP_TOP_P)
+        expected = exact_distribution(eng, prompt, SP_MIN_P)
         assert abs(sum(expected.values()) - 1) < 1e-9
-        stat, df, acc = chi2_of_samples(eng, prompt, expected, SP_TOP_P)
+        stat, df, acc = chi2_of_samples(eng, prompt, expected, SP_MIN_P)
     assert 0.2 < acc / 2 < 0.95, acc
     assert df >= 5
     assert stat < chi2_critical(df), (stat, df)
@@ -82,7 +85,7 @@ def test_the_check_catches_a_biased_sampler(noisy_pair, monkeypatch) -> None:
     """Negative control: accepting every draft is not lossless, and the test says so."""
     target, draft = noisy_pair
 
-    def accept_all(row, d, q, sp, draws):
+    def accept_all(p, d, q, draws):
         return d, True
 
     with localspec.load(target, draft=draft, **EXACT) as eng:

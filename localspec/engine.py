@@ -63,6 +63,9 @@ from .stats import Stats
 from .text.chat_template import ChatFormatter
 from .text.textstream import decode_text
 
+_DEFAULT_SAMPLING = SamplingParams()
+DRY_CACHE = 8  # DRY breaker sets kept per engine (each a scan of the vocabulary)
+
 __all__ = ["DRAFT_SOURCES", "MAX_DRAFT", "Completion", "Engine", "Event", "FinishReason", "load"]
 
 
@@ -445,6 +448,30 @@ class Engine:
             raise InvalidParameterError(
                 f"sampling must be a SamplingParams, got {type(sp).__name__}", "sampling"
             )
+        else:  # all at once: single settings beside it would be silently dropped
+            given = {
+                name: value
+                for name, value in (
+                    ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                    ("min_p", min_p), ("typical_p", typical_p),
+                    ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n),
+                    ("presence_penalty", presence_penalty),
+                    ("frequency_penalty", frequency_penalty),
+                    ("dry_multiplier", dry_multiplier), ("dry_base", dry_base),
+                    ("dry_allowed_length", dry_allowed_length),
+                    ("dry_penalty_last_n", dry_penalty_last_n),
+                    ("dry_sequence_breakers", tuple(dry_sequence_breakers)),
+                    ("logit_bias", tuple(logit_bias)),
+                )
+                if value != getattr(_DEFAULT_SAMPLING, name)
+            }  # fmt: skip
+            if given:
+                name = next(iter(given))
+                raise InvalidParameterError(
+                    f"{name} given beside sampling=: give every sampler setting in the "
+                    "SamplingParams",
+                    name,
+                )
         check_max_tokens(max_tokens)
         mode, notes = self._mode(n_draft, tree, draft_source)
         if seed is not None:
@@ -759,8 +786,9 @@ class Engine:
     def _token_bias(
         self, bias: Mapping[int | str, float] | Sequence[tuple[int | str, float]]
     ) -> list[tuple[int, float]]:
-        """logit_bias with texts resolved: a text biases each of its tokens (as llama-server
-        reads [["text", bias]]); token ids pass through, checked by SamplingParams."""
+        """logit_bias with texts resolved: a text biases each of its tokens, once per
+        occurrence (as llama-server reads [["text", bias]]); token ids pass through, checked
+        by SamplingParams."""
         items = bias.items() if isinstance(bias, Mapping) else bias
         try:
             pairs = [(t, b) for t, b in items]
@@ -774,14 +802,14 @@ class Engine:
                 toks = self._target.model.tokenize(t, add_special=False, parse_special=False)
                 if not toks:
                     raise InvalidParameterError("logit_bias names an empty text", "logit_bias")
-                out += [(tok, b) for tok in dict.fromkeys(toks)]
+                out += [(tok, b) for tok in toks]  # per occurrence, as llama-server adds it
             else:
                 out.append((t, b))
         return out
 
     def _dry_breakers(self, strings: tuple[str, ...]) -> DryBreakers:
         """DRY's sequence breakers as this model's tokens (a scan of the vocabulary, kept)."""
-        got = self._dry_cache.get(strings)
+        got = self._dry_cache.pop(strings, None)
         if got is None:
             model = self._target.model
             if self._pieces is None:
@@ -791,7 +819,9 @@ class Engine:
                 self._pieces,
                 lambda b: model.tokenize(b, add_special=False, parse_special=False),
             )
-            self._dry_cache[strings] = got
+            while len(self._dry_cache) >= DRY_CACHE:  # the least recently used goes
+                del self._dry_cache[next(iter(self._dry_cache))]
+        self._dry_cache[strings] = got  # (re)inserted last: the most recently used
         return got
 
     def _parts(self) -> Parts:

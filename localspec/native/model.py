@@ -153,15 +153,18 @@ class NativeModel:
         return self._piece_buf.raw[:n]
 
     def pieces(self, *, special: bool) -> list[bytes]:
-        """Every token's bytes as a one-token detokenization gives them; special: control
-        tokens render as their text (llama.cpp's DRY reads them so)."""
+        """Every token's bytes as detokenizing it alone gives them (llama_detokenize: a
+        leading space stripped where the vocabulary does so); special: control tokens render
+        as their text. llama.cpp's DRY reads the vocabulary so."""
         buf = ctypes.create_string_buffer(256)
+        one = (C.llama_token * 1)()
         out = []
         for t in range(self.n_vocab):
-            n = C.llama_token_to_piece(self.vocab, t, buf, 256, 0, special)
+            one[0] = t
+            n = C.llama_detokenize(self.vocab, one, 1, buf, 256, False, special)
             if n < 0:
                 big = ctypes.create_string_buffer(-n)
-                n = C.llama_token_to_piece(self.vocab, t, big, -n, 0, special)
+                n = C.llama_detokenize(self.vocab, one, 1, big, -n, False, special)
                 out.append(big.raw[:n])
             else:
                 out.append(buf.raw[:n])

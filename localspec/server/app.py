@@ -176,7 +176,13 @@ class Server:
         """Queue the generation, then answer whole or as a stream; a client that goes away
         drops its job from the queue or stops it between steps."""
         stream = bool(req.stream)
-        job = Job(start, stream=stream, prompt_field=prompt_field, loop=asyncio.get_running_loop())
+        job = Job(
+            start,
+            stream=stream,
+            prompt_field=prompt_field,
+            loop=asyncio.get_running_loop(),
+            renames=req.renames,
+        )
         rec = record(request)
         rec.job = job
         try:

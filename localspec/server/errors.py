@@ -58,7 +58,9 @@ _ENGINE_PARAMS = (
 )
 
 
-def engine_error(exc: Exception, prompt_field: str) -> APIError:
+def engine_error(
+    exc: Exception, prompt_field: str, renames: dict[str, str] | None = None
+) -> APIError:
     """What the engine raised when asked to start a generation, as an HTTP error."""
     if isinstance(exc, ContextFullError):
         return APIError(400, str(exc), param=prompt_field, code="context_length_exceeded")
@@ -70,7 +72,10 @@ def engine_error(exc: Exception, prompt_field: str) -> APIError:
     first = message.split(" ", 1)[0]
     param = first if first in _ENGINE_PARAMS else None
     if isinstance(exc, InvalidParameterError) and exc.parameter and param is None:
-        param = exc.parameter  # a sampler's setting, named as the request spells it
+        param = exc.parameter  # a sampler's setting
+    if param is not None and renames and param in renames:  # as the request spelled it
+        message = message.replace(param, renames[param], 1)
+        param = renames[param]
     if isinstance(exc, InvalidParameterError) and param is None:
         param = prompt_field if ("prompt" in message or "token ids" in message) else None
     return APIError(400, message, param=param)

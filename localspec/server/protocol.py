@@ -237,17 +237,8 @@ class _Generation(_Strict):
         false bans the token (-inf); a text biases each of its tokens."""
         if v is None:
             return None
-        if isinstance(v, dict):
-            items = list(v.items())
-            keys = []
-            for k, _ in items:
-                try:
-                    keys.append(int(k))
-                except ValueError:
-                    raise ValueError(
-                        f"logit_bias keys must be token ids, got {json.dumps(k)}"
-                    ) from None
-            pairs = list(zip(keys, [b for _, b in items], strict=True))
+        if isinstance(v, dict):  # OpenAI's {"token id": bias}; a key that is no id is a text
+            pairs = [(int(k) if k.strip().isdigit() else k, b) for k, b in v.items()]
         elif isinstance(v, list) and all(isinstance(e, list) and len(e) == 2 for e in v):
             pairs = [(e[0], e[1]) for e in v]
         else:
@@ -263,7 +254,10 @@ class _Generation(_Strict):
             elif isinstance(b, bool) or not isinstance(b, (int, float)):
                 raise ValueError(f"logit_bias values are numbers or false, got {json.dumps(b)}")
             else:
-                bias = float(b)
+                try:
+                    bias = float(b)
+                except OverflowError:  # an integer beyond any float: out of range
+                    bias = float("inf")
             out.append((t, bias))
         return out
 
@@ -351,6 +345,13 @@ class _Generation(_Strict):
         if self.draft_source is not None:
             kw["draft_source"] = self.draft_source
         return kw
+
+    @property
+    def renames(self) -> dict[str, str]:
+        """Engine parameters this request spelled otherwise (for errors naming its field)."""
+        if self.repetition_penalty is not None and self.repeat_penalty is None:
+            return {"repeat_penalty": "repetition_penalty"}
+        return {}
 
     @property
     def include_usage(self) -> bool:

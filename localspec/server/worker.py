@@ -56,11 +56,18 @@ class Job:
     ``started`` resolves when it has, then items arrive: Events (streaming) and an Outcome."""
 
     def __init__(
-        self, start: Start, *, stream: bool, prompt_field: str, loop: asyncio.AbstractEventLoop
+        self,
+        start: Start,
+        *,
+        stream: bool,
+        prompt_field: str,
+        loop: asyncio.AbstractEventLoop,
+        renames: dict[str, str] | None = None,
     ) -> None:
         self.start = start
         self.stream = stream
         self.prompt_field = prompt_field
+        self.renames = renames or {}  # engine parameter -> the request's spelling of it
         self.cancelled = False  # set by the event loop, read by the worker between steps
         self.abort_error: APIError | None = None  # why it was cancelled, if not by its client
         self._loop = loop
@@ -106,7 +113,7 @@ class Job:
         try:
             events = self.start(engine)
         except Exception as exc:
-            self._call(_settle, self.started, engine_error(exc, self.prompt_field))
+            self._call(_settle, self.started, engine_error(exc, self.prompt_field, self.renames))
             return
         self._call(_settle, self.started, None)
         texts: list[str] = []

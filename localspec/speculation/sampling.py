@@ -13,7 +13,9 @@ rejection sampling needs only to be a distribution it drew from.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import numbers
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,11 +38,16 @@ __all__ = [
 ]
 DRY_MAX_CHARS, DRY_MAX_TAIL = 40, 20  # llama.cpp clamps a breaker, and its tail's tokens
 _FLOAT_MAX_LOG = 88.7228391  # ln(FLT_MAX): DRY's exponent is clamped below overflow
+MAX_WINDOW = 1 << 24  # the longest penalty or DRY window (-1, the context, is shorter)
+MAX_BREAKERS = 64  # DRY sequence breakers (each scans the vocabulary once per model)
+MAX_BIAS = 1e6  # a logit bias's magnitude (-inf bans): beyond it float32 logits overflow
 
 
 def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    x = float(value) if ok else math.nan
+    x = math.nan
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an integer beyond any float: x stays nan
+            x = float(value)
     if not (math.isfinite(x) and (lo < x if lo_open else lo <= x) and x <= hi):
         bound = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
         raise InvalidParameterError(f"{name} must be in {bound}, got {value!r}", parameter=name)
@@ -48,11 +55,12 @@ def _number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = Fals
 
 
 def _integer(name: str, value: Any, lo: int, hi: int) -> int:
-    if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not (ok and lo <= int(value) <= hi):
         raise InvalidParameterError(
             f"{name} must be an integer in [{lo}, {hi}], got {value!r}", parameter=name
         )
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ class SamplingParams:
         set_ = object.__setattr__
         set_(self, "temperature", _number("temperature", self.temperature, 0.0, 100.0))
         k = self.top_k
-        if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 0):
+        if not (isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 0):
             raise InvalidParameterError(f"top_k must be an integer >= 0, got {k!r}", "top_k")
         set_(self, "top_k", int(k))
         set_(self, "top_p", _number("top_p", self.top_p, 0.0, 1.0, lo_open=True))
@@ -93,17 +101,25 @@ class SamplingParams:
             "repeat_penalty",
             _number("repeat_penalty", self.repeat_penalty, 0.0, 100.0, lo_open=True),
         )
-        _integer("repeat_last_n", self.repeat_last_n, -1, 2**31 - 1)
+        n = _integer("repeat_last_n", self.repeat_last_n, -1, MAX_WINDOW)
+        set_(self, "repeat_last_n", n)
         for name in ("presence_penalty", "frequency_penalty"):
             set_(self, name, _number(name, getattr(self, name), -100.0, 100.0))
         set_(self, "dry_multiplier", _number("dry_multiplier", self.dry_multiplier, 0.0, 100.0))
         set_(self, "dry_base", _number("dry_base", self.dry_base, 1.0, 100.0))
-        _integer("dry_allowed_length", self.dry_allowed_length, 0, 2**31 - 1)
-        _integer("dry_penalty_last_n", self.dry_penalty_last_n, -1, 2**31 - 1)
+        n = _integer("dry_allowed_length", self.dry_allowed_length, 0, MAX_WINDOW)
+        set_(self, "dry_allowed_length", n)
+        n = _integer("dry_penalty_last_n", self.dry_penalty_last_n, -1, MAX_WINDOW)
+        set_(self, "dry_penalty_last_n", n)
         breakers = self.dry_sequence_breakers
-        if isinstance(breakers, str) or not all(isinstance(b, str) and b for b in breakers):
+        if (
+            isinstance(breakers, str)
+            or not all(isinstance(b, str) and b for b in breakers)
+            or len(breakers) > MAX_BREAKERS
+        ):
             raise InvalidParameterError(
-                f"dry_sequence_breakers must be a list of non-empty strings, got {breakers!r}",
+                f"dry_sequence_breakers must be a list of at most {MAX_BREAKERS} non-empty "
+                f"strings, got {breakers!r}",
                 parameter="dry_sequence_breakers",
             )
         set_(self, "dry_sequence_breakers", tuple(breakers))
@@ -174,18 +190,23 @@ def _bias_pairs(bias: Any) -> tuple[tuple[int, float], ...]:
         ) from None
     out: dict[int, float] = {}
     for t, b in pairs:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
             raise InvalidParameterError(
                 f"logit_bias keys must be token ids (integers >= 0), got {t!r}",
                 parameter="logit_bias",
             )
-        ok = isinstance(b, (int, float)) and not isinstance(b, bool)
-        if not ok or math.isnan(b) or b == math.inf:
-            raise InvalidParameterError(
-                f"logit_bias values must be numbers (-inf bans a token), got {b!r} for {t}",
-                parameter="logit_bias",
-            )
-        out[int(t)] = out.get(int(t), 0.0) + float(b)
+        if isinstance(b, numbers.Real) and not isinstance(b, bool) and b == -math.inf:
+            value = -math.inf
+        else:
+            try:
+                value = _number("logit_bias", b, -MAX_BIAS, MAX_BIAS)
+            except InvalidParameterError:
+                raise InvalidParameterError(
+                    f"logit_bias values must be numbers in [-{MAX_BIAS:g}, {MAX_BIAS:g}] or -inf "
+                    f"(bans the token), got {b!r} for token {t}",
+                    parameter="logit_bias",
+                ) from None
+        out[int(t)] = out.get(int(t), 0.0) + value
     return tuple(sorted(out.items()))
 
 
@@ -202,8 +223,8 @@ def _truncate(x: np.ndarray, sp: SamplingParams) -> tuple[np.ndarray, np.ndarray
         ids = np.sort(np.argpartition(-x, sp.top_k - 1)[: sp.top_k])
     else:
         ids = np.flatnonzero(x > -np.inf)
-        if ids.size == 0:  # every token banned: the likeliest of them, as llama.cpp keeps one
-            ids = np.array([int(np.argmax(x))])
+        if ids.size == 0:  # every token banned: llama.cpp still picks one (the first)
+            return np.zeros(1, dtype=np.int64), np.zeros(1)
     lg = x[ids].astype(np.float64)
     if sp.typical_p < 1.0 and ids.size > 1:
         p = _softmax(lg)
@@ -259,7 +280,25 @@ def _final(x: np.ndarray, sp: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     ids, lg = _truncate(x, sp)
     if sp.greedy:
         return ids[int(np.argmax(lg)) : int(np.argmax(lg)) + 1], np.ones(1)
-    return ids, _softmax(lg / sp.temperature)
+    return ids, _tempered(lg, sp.temperature)
+
+
+def _tempered(lg: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(lg / temperature), shifted first so that no temperature overflows it."""
+    with np.errstate(over="ignore"):  # a tiny temperature: -inf below the likeliest, exp 0
+        e = np.exp((lg - lg.max()) / temperature)
+    return e / e.sum()
+
+
+def _untruncated(sp: SamplingParams, n: int) -> bool:
+    """A draw from the whole vocabulary: no sampler cuts it (the fast path)."""
+    return (
+        not sp.greedy
+        and not 0 < sp.top_k < n
+        and sp.typical_p == 1.0
+        and sp.top_p == 1.0
+        and sp.min_p == 0.0
+    )
 
 
 def _full(n: int, ids: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -275,6 +314,8 @@ def probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
     if sp.logit_bias:
         x = x.copy()
         _add_bias(x, sp.logit_bias)
+    if _untruncated(sp, x.size) and x.max() > -np.inf:
+        return _tempered(x.astype(np.float64), sp.temperature)
     ids, p = _final(x, sp)
     return _full(x.size, ids, p)
 
@@ -381,16 +422,20 @@ class Sampler:
         x = self.logits(row, path)
         if sp.greedy and sp.typical_p == 1.0:  # top-k, top-p and min-p keep the likeliest
             return int(np.argmax(x))
+        v = rng.random() if u is None else u
+        if _untruncated(sp, x.size) and x.max() > -np.inf:
+            return sample_at(_tempered(x.astype(np.float64), sp.temperature), v)
         ids, p = _final(x, sp)
         if sp.greedy:
             return int(ids[0])
         c = np.cumsum(p)  # inverse CDF in id order: the whole vocabulary's draw, zeros left out
-        v = rng.random() if u is None else u
         return int(ids[min(int(np.searchsorted(c, v * c[-1], side="right")), ids.size - 1)])
 
     def distribution(self, row: np.ndarray, path: Sequence[int] = ()) -> np.ndarray:
         """The distribution over the vocabulary at that position (float64, sums to 1)."""
         x = self.logits(row, path)
+        if _untruncated(self.sp, x.size) and x.max() > -np.inf:
+            return _tempered(x.astype(np.float64), self.sp.temperature)
         ids, p = _final(x, self.sp)
         return _full(x.size, ids, p)
 

@@ -94,9 +94,9 @@ def test_auto_drafts_with_the_head_where_verifying_is_cheap(agreeing, monkeypatc
     "sp_kw",
     [
         {"temperature": 30.0, "top_k": 3},
-        # penalties whose window holds the drafted tokens before each position
-        {"temperature": 30.0, "top_k": 3, "presence_penalty": 2.0, "repeat_penalty": 1.3,
-         "repeat_last_n": 4},
+        # a pull towards the tokens just drafted (a window that left the path out would miss
+        # it; at temperature 30 a presence penalty of -60 moves a logit by 2)
+        {"temperature": 30.0, "top_k": 3, "presence_penalty": -60.0, "repeat_last_n": 4},
     ],
     ids=["top_k", "penalties"],
 )  # fmt: skip

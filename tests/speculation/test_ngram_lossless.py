@@ -213,9 +213,10 @@ def test_ngram_chain_sampling_matches_target_distribution(noisy_pair) -> None:
 
 def test_ngram_sampling_under_penalties_matches_target_distribution(noisy_pair) -> None:
     """n-gram drafts judged with penalties whose window holds the drafts before each position
-    (a frequency penalty pushes the repeated continuation down where it repeats): llama.cpp's
-    chain's distribution, and a seed's text is plain sampling's."""
-    kw = {**SP, "frequency_penalty": 1.5, "presence_penalty": 0.5, "repeat_last_n": 6}
+    (a negative presence penalty pulls the tokens just drafted back; at SP's temperature of
+    30, -60 moves a logit by 2): llama.cpp's chain's distribution, and a seed's text is plain
+    sampling's."""
+    kw = {**SP, "presence_penalty": -60.0, "repeat_last_n": 4}
     target, _ = noisy_pair
     with localspec.load(target, draft=False, **EXACT) as eng:
         prompt = repeating_prompt(eng, LEN)

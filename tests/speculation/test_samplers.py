@@ -283,6 +283,62 @@ def test_bad_settings_get_one_clear_error(tiny: str, kw: dict, param: str) -> No
         assert eng.complete("abc", max_tokens=2).tokens  # the engine goes on
 
 
+def test_a_window_of_the_whole_context_is_the_contexts_length() -> None:
+    """repeat_last_n and dry_penalty_last_n -1 (llama-server's "the context") look back over
+    n_ctx tokens: what llama.cpp's chain does given that length."""
+    rng = np.random.default_rng(11)
+    n, n_ctx = 500, 40
+    history = rng.integers(0, 30, 90).tolist()
+    logits = (rng.standard_normal(n) * 2).astype(np.float32)
+    logits[:30] += 3.0
+    whole = SamplingParams(temperature=1.0, repeat_penalty=1.6, repeat_last_n=-1)
+    sized = SamplingParams(temperature=1.0, repeat_penalty=1.6, repeat_last_n=n_ctx)
+    ours = Sampler(whole, n_vocab=n, n_ctx=n_ctx, history=history).distribution(logits, [3])
+    np.testing.assert_allclose(ours, native_distribution(logits, sized, [*history, 3]), atol=1e-7)
+    shorter = Sampler(sized, n_vocab=n, n_ctx=n_ctx, history=history[-10:])
+    assert not np.allclose(ours, shorter.distribution(logits, [3]))  # the window reaches back
+
+
+def test_odd_but_valid_settings_stay_finite() -> None:
+    """numpy numbers are numbers; every token banned still yields one (llama.cpp's first);
+    a tiny temperature is near greedy, never NaN; a huge bias is refused, not overflowed."""
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal(50).astype(np.float32)
+    sp = SamplingParams(temperature=np.float32(0.7), top_k=np.int64(5), min_p=np.float64(0.1))
+    assert sp.temperature == pytest.approx(0.7) and sp.top_k == 5
+    banned = SamplingParams(temperature=1.0, logit_bias={t: -math.inf for t in range(50)})
+    p = Sampler(banned, n_vocab=50, n_ctx=64).distribution(logits)
+    assert np.isfinite(p).all() and p.sum() == pytest.approx(1.0)
+    cold = Sampler(SamplingParams(temperature=1e-300), n_vocab=50, n_ctx=64)
+    assert cold.choose(logits, (), rng, 0.999) == int(np.argmax(logits))
+    assert np.isfinite(cold.distribution(logits)).all()
+    for bad in (1e30, 10**400, math.inf, math.nan):
+        with pytest.raises(InvalidParameterError, match="logit_bias"):
+            SamplingParams(logit_bias={3: bad})
+
+
+def test_sampling_all_at_once_refuses_single_settings_beside_it(tiny: str) -> None:
+    with localspec.load(tiny, draft=False, **EXACT) as eng:
+        sp = SamplingParams(temperature=0.0, repeat_penalty=1.3)
+        a = eng.complete("abc", max_tokens=8, sampling=sp)
+        assert a.tokens == eng.complete("abc", max_tokens=8, repeat_penalty=1.3).tokens
+        with pytest.raises(InvalidParameterError, match="min_p given beside sampling="):
+            eng.complete("abc", max_tokens=8, sampling=sp, min_p=0.1)
+
+
+def test_a_text_bias_counts_each_occurrence(tiny: str) -> None:
+    """[["text", bias]]: each of the text's tokens, once per occurrence (llama-server)."""
+    with localspec.load(tiny, draft=False, **EXACT) as eng:
+        toks = eng.tokenize("aa")
+        assert len(toks) == 2 and toks[0] == toks[1]
+        logits = np.zeros(tm.N_VOCAB, dtype=np.float32)
+        from_text = eng._token_bias([("aa", 1.5)])
+        assert from_text == [(toks[0], 1.5), (toks[0], 1.5)]
+        sp = SamplingParams(temperature=1.0, logit_bias=from_text)
+        assert sp.logit_bias == ((toks[0], 3.0),)
+        assert Sampler(sp, n_vocab=tm.N_VOCAB, n_ctx=64).logits(logits)[toks[0]] == 3.0
+
+
 def test_settings_describe_themselves_and_neutral_ones_are_left_out() -> None:
     assert SamplingParams().describe() == "greedy"
     sp = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1)

@@ -342,7 +342,11 @@ def run_set(
 
 
 def format_table(res: SetResult, max_tokens: int, temperature: float) -> str:
-    turns = "greedy" if temperature == 0 else f"temperature {temperature}"
+    turns = (
+        "greedy (bench's default: measurements are reproducible; --temperature samples)"
+        if temperature == 0
+        else f"sampler: temperature {temperature}, no other sampler"
+    )
     source = next((s.gen["draft_source"] for s in res.settings[1:] if "draft_source" in s.gen), "")
     drafts = f", draft source {source}" if source else ""
     w = max(15, *(len(s.label) for s in res.settings))  # labels name compared drafters

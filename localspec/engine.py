@@ -12,7 +12,7 @@ import threading
 import warnings
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -56,7 +56,7 @@ from .speculation.generation import Event, FinishReason, Generation
 from .speculation.mode import Mode
 from .speculation.plan import StepPlan
 from .speculation.probe import Probe
-from .speculation.sampling import DRY_BREAKERS, DryBreakers, SamplingParams
+from .speculation.sampling import DRY_BREAKERS, DryBreakers, SamplingParams, recommended
 from .speculation.specstate import SpecState
 from .speculation.tree import TreeShape
 from .stats import Stats
@@ -279,6 +279,8 @@ class Engine:
         self._can_draft = self._target.max_draft != 0
         self._max_tree = self._target.tree_nodes
         self._eog = self._target.model.eog_mask()
+        # the sampling the model's GGUF recommends (llama.cpp's defaults where it is silent)
+        self.recommended_sampling, self.sampling_notes = recommended(self._target.model.meta)
         self._dry_cache: dict[tuple[str, ...], DryBreakers] = {}
         self._pieces: list[bytes] | None = None  # every token's text, specials rendered
         self._chat = ChatFormatter(self._target.model, self._target.path)
@@ -782,6 +784,21 @@ class Engine:
             except BaseException:
                 self._empty_caches()
                 raise
+
+    def sampling_with(self, **settings: Any) -> SamplingParams:
+        """The model's recommended sampling (``recommended_sampling``: its GGUF's
+        general.sampling.* keys, else llama.cpp's defaults) with each setting given here (not
+        None) in its place; texts in ``logit_bias`` become their tokens. What ``chat``,
+        ``serve`` and ``generate`` sample with; the API's own default stays greedy."""
+        given = {k: v for k, v in settings.items() if v is not None}
+        unknown = sorted(set(given) - set(SamplingParams.__dataclass_fields__))
+        if unknown:
+            raise InvalidParameterError(f"no sampler setting is named {unknown[0]}", unknown[0])
+        if "logit_bias" in given:
+            given["logit_bias"] = self._token_bias(given["logit_bias"])
+        if "dry_sequence_breakers" in given and not isinstance(given["dry_sequence_breakers"], str):
+            given["dry_sequence_breakers"] = tuple(given["dry_sequence_breakers"])
+        return replace(self.recommended_sampling, **given)
 
     def _token_bias(
         self, bias: Mapping[int | str, float] | Sequence[tuple[int | str, float]]

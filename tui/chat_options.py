@@ -21,9 +21,10 @@ class ChatOptions:
     # first replies' (/source, /k and /tree change them)
     config: EngineConfig = field(default_factory=EngineConfig)
     system: str = ""
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
+    # None: as the model recommends (its GGUF's general.sampling.*, else llama.cpp's defaults)
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
     max_tokens: int = 512
     seed: int | None = None
     context_overflow: str = "rolling"  # "rolling": drop the oldest turns; "stop": end there

@@ -57,7 +57,8 @@ def run_command(app: ChatHost, line: str) -> None:
         elif cmd == "/temp":
             opts = app.options
             app.next_reply = app.next_reply.with_temperature(arg, opts.top_k, opts.top_p)
-            app.notify(f"temperature = {app.next_reply.temperature}")
+            t = app.next_reply.temperature
+            app.notify("temperature: the model's" if t is None else f"temperature = {t}")
         elif cmd == "/system":
             app.session.set_system(arg)
             app.notify("system prompt set" if arg else "system prompt cleared")

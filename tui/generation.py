@@ -37,9 +37,9 @@ class ReplyRequest:
     tree: TreeShape | None
     draft_source: str  # "auto", "eagle", "ngram" or "none" (plain)
     max_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
+    temperature: float | None  # None: as the model recommends (Engine.sampling_with)
+    top_k: int | None
+    top_p: float | None
     seed: int | None
     overflow: str = "rolling"  # the context overflow policy: "rolling" or "stop"
     # loads a reopened conversation's KV state when it pays for the prompt text given (the
@@ -108,9 +108,9 @@ def stream_reply(
             n_draft=req.k,
             tree=req.tree if req.k != 0 else None,
             draft_source=req.draft_source,
-            temperature=req.temperature,
-            top_k=req.top_k,
-            top_p=req.top_p,
+            sampling=engine.sampling_with(
+                temperature=req.temperature, top_k=req.top_k, top_p=req.top_p
+            ),
             seed=req.seed,
         )
         try:

@@ -27,7 +27,7 @@ class ReplySettings:
     tree: TreeShape | None = None  # a fixed tree overrides k
     source: str = "auto"  # where drafts come from while speculation is on (none: off)
     speculation: bool = True  # ctrl+b: plain decoding for a live A/B, the rest kept
-    temperature: float = 0.0
+    temperature: float | None = None  # None: the model's recommendation
 
     # --- what a reply runs ---------------------------------------------------------------------
 
@@ -94,10 +94,13 @@ class ReplySettings:
         check_source_shape(source, self.tree, COMMAND_SPELLING)
         return replace(self, source=source, speculation=source != "none")
 
-    def with_temperature(self, text: str, top_k: int, top_p: float) -> ReplySettings:
-        """/temp T, checked with the sampler's own rule (top_k and top_p as the chat runs)."""
+    def with_temperature(self, text: str, top_k: int | None, top_p: float | None) -> ReplySettings:
+        """/temp T, checked with the sampler's own rule (top_k and top_p as the chat runs);
+        /temp model: the model's recommendation again."""
+        if text.strip() == "model":
+            return replace(self, temperature=None)
         t = float(text)
-        SamplingParams(t, top_k, top_p)
+        SamplingParams(t, top_k or 0, 1.0 if top_p is None else top_p)
         return replace(self, temperature=t)
 
     def toggled(self) -> ReplySettings:

@@ -12,7 +12,6 @@ from ..errors import LocalspecError
 from ..rules import check_source_shape
 from .common import (
     TARGET_HELP,
-    TEMPERATURE_HELP,
     add_cache_args,
     add_ctx_arg,
     add_runtime_args,
@@ -79,7 +78,11 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="answer every prompt N times with every setting, each round in another order",
     )
-    b.add_argument("--temperature", "--temp", type=float, default=0.0, help=TEMPERATURE_HELP)
+    b.add_argument(
+        "--temperature", "--temp", type=float, default=0.0,
+        help="0: greedy, bench's default for measurement (not the model's recommendation, "
+        "which generate, chat and serve use); above 0: that temperature alone",
+    )  # fmt: skip
     b.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature)")
     b.add_argument("--out", default="localspec-bench", help="write OUT.json and OUT.png")
     b.add_argument(
@@ -239,6 +242,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "draft_source": source,
                 "max_tokens": args.max_tokens,
                 "temperature": args.temperature,
+                "sampler": "greedy" if args.temperature == 0 else f"temperature {args.temperature}",
                 "limit": args.limit,
                 "turns": args.turns,
                 "rounds": args.rounds,

@@ -9,9 +9,9 @@ from typing import Any
 
 from ..errors import LocalspecError
 from .common import (
+    RECOMMENDED,
     SEED_HELP,
     SESSION_CACHE_SIZE,
-    TEMPERATURE_HELP,
     TOP_K_HELP,
     TOP_P_HELP,
     add_model_args,
@@ -27,9 +27,18 @@ def add_parser(sub: Any) -> None:
     chat = sub.add_parser("chat", help="terminal chat that shows speculation live")
     add_model_args(chat)
     chat.add_argument("--system", default="", help="system prompt")
-    chat.add_argument("--temperature", "--temp", type=float, default=0.0, help=TEMPERATURE_HELP)
-    chat.add_argument("--top-k", type=int, default=0, help=TOP_K_HELP)
-    chat.add_argument("--top-p", type=float, default=1.0, help=TOP_P_HELP)
+    chat.add_argument(
+        "--temperature", "--temp", type=float, default=None,
+        help=f"0: greedy ({RECOMMENDED.format(key='temp', value=0.8)})",
+    )  # fmt: skip
+    chat.add_argument(
+        "--top-k", type=int, default=None,
+        help=f"{TOP_K_HELP} ({RECOMMENDED.format(key='top_k', value=40)})",
+    )  # fmt: skip
+    chat.add_argument(
+        "--top-p", type=float, default=None,
+        help=f"{TOP_P_HELP} ({RECOMMENDED.format(key='top_p', value=0.95)})",
+    )  # fmt: skip
     chat.add_argument("--max-tokens", "-n", type=int, default=512, help="tokens per reply (>= 1)")
     chat.add_argument("--seed", type=int, default=None, help=SEED_HELP)
     add_overflow_arg(chat)
@@ -55,7 +64,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     cache_bytes = parse_size(args.session_cache_size)
     cfg = engine_config(args)
     cfg = replace(cfg, target=target_arg(args)).checked()  # the files, as load() checks them
-    SamplingParams(args.temperature, args.top_k, args.top_p)
+    SamplingParams(
+        0.0 if args.temperature is None else args.temperature,
+        args.top_k or 0,
+        1.0 if args.top_p is None else args.top_p,
+    )
     check_max_tokens_flag(args)
     if not stdin_is_terminal():
         # the app reads keys from a terminal; without one it would wait forever

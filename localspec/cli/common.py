@@ -15,7 +15,6 @@ from ..errors import InvalidParameterError, LocalspecError
 from ..files.session_cache import DEFAULT_MAX_BYTES
 from ..options import (
     DRAFT_SOURCES,
-    DRY_BREAKERS,
     KV_TYPES,
     ROLLBACK_MODES,
     RuntimeOptions,
@@ -35,6 +34,8 @@ MAX_TOKENS_HELP = "tokens to generate (>= 1)"
 TEMPERATURE_HELP = "0: greedy"
 TOP_K_HELP = "sample from the K most likely tokens (0: all)"
 TOP_P_HELP = "sample from the smallest set of tokens whose probability reaches P (1: all)"
+# generate and serve sample as the model recommends unless told otherwise
+RECOMMENDED = "default: the model's general.sampling.{key}, else llama.cpp's {value}"
 SEED_HELP = "sampling seed, for reproducible text (default: a new one each call)"
 
 
@@ -364,9 +365,6 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", "-n", type=int, default=256, help=MAX_TOKENS_HELP)
-    p.add_argument("--temperature", "--temp", type=float, default=0.0, help=TEMPERATURE_HELP)
-    p.add_argument("--top-k", type=int, default=0, help=TOP_K_HELP)
-    p.add_argument("--top-p", type=float, default=1.0, help=TOP_P_HELP)
     p.add_argument("--seed", type=int, default=None, help=SEED_HELP)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     add_sampler_args(p)
@@ -374,29 +372,53 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
     """llama.cpp's samplers under its own flags (applied in its order: logit bias, penalties,
-    DRY, top-k, typical-p, top-p, min-p, temperature; docs/sampling.md)."""
-    g = p.add_argument_group("samplers (llama.cpp's, in its order)")
+    DRY, top-k, typical-p, top-p, min-p, temperature; docs/sampling.md). Each left out takes
+    the model's recommendation (its GGUF's general.sampling.* keys), else llama.cpp's
+    default."""
+    g = p.add_argument_group(
+        "samplers (llama.cpp's, in its order; each left out: the model's recommendation, else "
+        "llama.cpp's default)"
+    )
     g.add_argument(
-        "--min-p", type=float, default=0.0, help="keep tokens at least P times as likely as the "
-        "likeliest (0: off)",
+        "--temperature", "--temp", type=float, default=None,
+        help=f"0: greedy ({RECOMMENDED.format(key='temp', value=0.8)})",
     )  # fmt: skip
-    g.add_argument("--typical-p", "--typical", type=float, default=1.0, help="typical-p (1: off)")
     g.add_argument(
-        "--repeat-penalty", "--repetition-penalty", type=float, default=1.0,
-        help="divide a repeated token's logit by this (1: off)",
+        "--top-k", type=int, default=None,
+        help=f"{TOP_K_HELP} ({RECOMMENDED.format(key='top_k', value=40)})",
     )  # fmt: skip
     g.add_argument(
-        "--repeat-last-n", type=int, default=64,
-        help="tokens the penalties look back over, the prompt's included (-1: the context)",
+        "--top-p", type=float, default=None,
+        help=f"{TOP_P_HELP} ({RECOMMENDED.format(key='top_p', value=0.95)})",
     )  # fmt: skip
-    g.add_argument("--presence-penalty", type=float, default=0.0, help="(0: off)")
-    g.add_argument("--frequency-penalty", type=float, default=0.0, help="(0: off)")
-    g.add_argument("--dry-multiplier", type=float, default=0.0, help="DRY (0: off)")
-    g.add_argument("--dry-base", type=float, default=1.75, help="DRY's base")
-    g.add_argument("--dry-allowed-length", type=int, default=2, help="DRY's allowed length")
     g.add_argument(
-        "--dry-penalty-last-n", type=int, default=64,
-        help="tokens DRY looks back over (-1: the context)",
+        "--min-p", type=float, default=None,
+        help="keep tokens at least P times as likely as the likeliest (0: off; "
+        f"{RECOMMENDED.format(key='min_p', value=0.05)})",
+    )  # fmt: skip
+    g.add_argument(
+        "--typical-p", "--typical", type=float, default=None, help="typical-p (default 1: off)"
+    )
+    g.add_argument(
+        "--repeat-penalty", "--repetition-penalty", type=float, default=None,
+        help="divide a repeated token's logit by this (1: off; "
+        f"{RECOMMENDED.format(key='penalty_repeat', value=1.0)})",
+    )  # fmt: skip
+    g.add_argument(
+        "--repeat-last-n", type=int, default=None,
+        help="tokens the penalties look back over, the prompt's included (-1: the context; "
+        f"{RECOMMENDED.format(key='penalty_last_n', value=64)})",
+    )  # fmt: skip
+    g.add_argument("--presence-penalty", type=float, default=None, help="(default 0: off)")
+    g.add_argument("--frequency-penalty", type=float, default=None, help="(default 0: off)")
+    g.add_argument("--dry-multiplier", type=float, default=None, help="DRY (default 0: off)")
+    g.add_argument("--dry-base", type=float, default=None, help="DRY's base (default 1.75)")
+    g.add_argument(
+        "--dry-allowed-length", type=int, default=None, help="DRY's allowed length (default 2)"
+    )
+    g.add_argument(
+        "--dry-penalty-last-n", type=int, default=None,
+        help="tokens DRY looks back over (-1: the context; default 64)",
     )  # fmt: skip
     g.add_argument(
         "--dry-sequence-breaker", action="append", default=None, metavar="TEXT",
@@ -413,7 +435,8 @@ _BIAS = re.compile(r"^(\d+)([+-])(inf|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)$")
 
 
 def sampler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The sampler flags as Engine keyword arguments (checked by the engine)."""
+    """The sampler flags given, as Engine.sampling_with's keyword arguments (checked by the
+    engine; a flag left out is None there: the model's recommendation)."""
     bias = []
     for spec in args.logit_bias:
         m = _BIAS.match(spec.strip())
@@ -426,11 +449,12 @@ def sampler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         value = float(m.group(3))
         bias.append((int(m.group(1)), value if m.group(2) == "+" else -value))
     breakers = args.dry_sequence_breaker
-    if breakers is None:
-        breakers = list(DRY_BREAKERS)
-    elif breakers == ["none"]:
+    if breakers == ["none"]:
         breakers = []
     return {
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
         "min_p": args.min_p,
         "typical_p": args.typical_p,
         "repeat_penalty": args.repeat_penalty,
@@ -442,7 +466,7 @@ def sampler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "dry_allowed_length": args.dry_allowed_length,
         "dry_penalty_last_n": args.dry_penalty_last_n,
         "dry_sequence_breakers": breakers,
-        "logit_bias": bias,
+        "logit_bias": bias or None,
     }
 
 

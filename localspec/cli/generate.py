@@ -53,15 +53,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         # runs: a request no engine can run is refused in them too)
         say_mode_notes(eng, args, tree, source)
         calibrate_first(eng)
-        kw = dict(
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            stop=args.stop,
-            **sampler_kwargs(args),
-        )
+        # the model's recommended sampling, the flags given in its place
+        sampling = eng.sampling_with(**sampler_kwargs(args))
+        for note in eng.sampling_notes.values():
+            print(f"localspec: note: {note}", file=sys.stderr)
+        kw = dict(max_tokens=args.max_tokens, seed=args.seed, stop=args.stop, sampling=sampling)
         if args.chat:
             msgs = [{"role": "system", "content": args.system}] if args.system else []
             events = eng.chat_stream([*msgs, {"role": "user", "content": prompt}], **kw)

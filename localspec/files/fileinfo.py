@@ -22,6 +22,7 @@ from ..runtime.rollback import (
     tree_branches,
 )
 from ..runtime.taps import GRAPH, STAGING, route_for
+from ..speculation.sampling import GGUF_SAMPLING, recommended
 from . import gguf_keys as K
 
 
@@ -66,6 +67,13 @@ def describe(path: str) -> dict[str, Any]:
         "tokenizer": h.kv.get(gguf.Keys.Tokenizer.MODEL),
         "chat_template": gguf.Keys.Tokenizer.CHAT_TEMPLATE in h.kv,
     }
+    if info["kind"] == "target":  # what generate, chat and serve sample with
+        sp, notes = recommended(lambda k: None if (v := h.kv.get(k)) is None else str(v))
+        info["sampling"] = {
+            "settings": sp.describe(),
+            "from_model": sorted(k for k in GGUF_SAMPLING if h.kv.get(k) is not None),
+            "notes": list(notes.values()),
+        }
     if arch == K.EAGLE3_ARCH:
         spec = DrafterSpec(path)
         info["drafter"] = {
@@ -160,6 +168,15 @@ def format_info(info: dict[str, Any]) -> str:
     ]
     d = info.get("drafter")
     if d is None:
+        s = info.get("sampling")
+        if s is not None:
+            whose = (
+                "the model's general.sampling.*, llama.cpp's defaults for the rest"
+                if s["from_model"]
+                else "llama.cpp's defaults: the model recommends none"
+            )
+            lines.append(f"  sampling      {s['settings']} ({whose}; generate, chat, serve)")
+            lines += [f"                note: {n}" for n in s["notes"]]
         lines.append(f"  EAGLE-3 taps  {TAPS_VIA[info['taps_via']]}")
         r = info.get("recurrent")
         if r is not None and r["rollback"]:

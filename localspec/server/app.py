@@ -227,6 +227,7 @@ class Server:
         req = await self.parse(request, ChatCompletionRequest)
         messages = [m.as_template_message() for m in req.messages]
         kw = req.sampling(default_max_tokens=self.engine.n_ctx)
+        settings = req.sampler_settings()
         answer = Answer("chat", self.model_id, req.include_usage)
         policy = self.context_overflow
 
@@ -237,7 +238,7 @@ class Server:
                 fitted = fit_messages(eng, messages, max_tokens=kw["max_tokens"], policy=policy)
                 sent, dropped = fitted.messages, fitted.dropped_turns
             answer.context = ContextReport(context_overflow=policy, dropped_turns=dropped)
-            return eng.chat_stream(sent, **kw)
+            return eng.chat_stream(sent, sampling=eng.sampling_with(**settings), **kw)
 
         return await self.respond(request, req, start, answer, "messages")
 
@@ -245,9 +246,10 @@ class Server:
         req = await self.parse(request, CompletionRequest)
         prompt = req.text_or_ids()
         kw = req.sampling(default_max_tokens=COMPLETION_MAX_TOKENS)
+        settings = req.sampler_settings()
 
         def start(eng: Engine) -> Any:
-            return eng.complete_stream(prompt, **kw)
+            return eng.complete_stream(prompt, sampling=eng.sampling_with(**settings), **kw)
 
         answer = Answer("text", self.model_id, req.include_usage)
         return await self.respond(request, req, start, answer, "prompt")

@@ -172,6 +172,9 @@ UNSUPPORTED_DEFAULTS: dict[str, tuple[Any, ...]] = {
 
 # request fields passed to the engine under their own names when given
 SAMPLER_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
@@ -195,6 +198,7 @@ class _Generation(_Strict):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)  # extension (llama-server's); 0 = no limit
+    # a sampler field left out samples as the model recommends (Engine.sampling_with)
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     # llama.cpp's samplers under llama-server's names (ranges checked by SamplingParams, which
     # names the field); OpenAI's penalties and logit_bias are among them
@@ -322,22 +326,13 @@ class _Generation(_Strict):
         return None
 
     def sampling(self, default_max_tokens: int) -> dict[str, Any]:
-        """Keyword arguments for Engine.complete_stream/chat_stream."""
+        """Keyword arguments for Engine.complete_stream/chat_stream, less the samplers
+        (sampler_settings)."""
         kw: dict[str, Any] = {
             "max_tokens": self.max_completion_tokens or self.max_tokens or default_max_tokens,
-            "temperature": 1.0 if self.temperature is None else self.temperature,
-            "top_p": 1.0 if self.top_p is None else self.top_p,
-            "top_k": self.top_k or 0,
             "seed": self.seed,
             "stop": self.stop or (),
         }
-        repeat = self.repeat_penalty if self.repeat_penalty is not None else self.repetition_penalty
-        if repeat is not None:
-            kw["repeat_penalty"] = repeat
-        for name in SAMPLER_FIELDS:
-            value = getattr(self, name)
-            if value is not None:
-                kw[name] = value
         if self.n_draft is not None:
             kw["n_draft"] = self.n_draft
         if self.tree is not None:
@@ -345,6 +340,15 @@ class _Generation(_Strict):
         if self.draft_source is not None:
             kw["draft_source"] = self.draft_source
         return kw
+
+    def sampler_settings(self) -> dict[str, Any]:
+        """The sampler fields given, for Engine.sampling_with: the rest are the model's
+        recommendation (its GGUF's general.sampling.*, else llama.cpp's defaults)."""
+        out = {name: getattr(self, name) for name in SAMPLER_FIELDS}
+        out["repeat_penalty"] = (
+            self.repeat_penalty if self.repeat_penalty is not None else self.repetition_penalty
+        )
+        return {k: v for k, v in out.items() if v is not None}
 
     @property
     def renames(self) -> dict[str, str]:

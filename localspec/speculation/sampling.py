@@ -569,3 +569,60 @@ class Draws:
         while i >= self._u.size:
             self._u = np.concatenate([self._u, self._pos_rng.random(max(256, self._u.size))])
         return float(self._u[i])
+
+
+# --- the model's recommendation ------------------------------------------------------------------
+
+# llama.cpp's defaults (common_params_sampling), where a model recommends nothing
+LLAMA_DEFAULTS: dict[str, Any] = {
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.95,
+    "min_p": 0.05,
+    "repeat_last_n": 64,
+    "repeat_penalty": 1.0,
+}
+# the GGUF keys llama.cpp reads a model's recommendation from, and what each sets here
+GGUF_SAMPLING: dict[str, tuple[str, type]] = {
+    "general.sampling.temp": ("temperature", float),
+    "general.sampling.top_k": ("top_k", int),
+    "general.sampling.top_p": ("top_p", float),
+    "general.sampling.min_p": ("min_p", float),
+    "general.sampling.penalty_last_n": ("repeat_last_n", int),
+    "general.sampling.penalty_repeat": ("repeat_penalty", float),
+}
+# llama.cpp's default order, as general.sampling.sequence names it
+DEFAULT_SEQUENCE = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
+
+
+def recommended(meta: Callable[[str], str | None]) -> tuple[SamplingParams, dict[str, str]]:
+    """The sampling a model recommends in its GGUF (general.sampling.*, read as llama.cpp
+    reads them), llama.cpp's defaults for what it leaves out; and a note per key that was not
+    taken (a value out of range, or a sampler localspec does not offer), by key."""
+    values = dict(LLAMA_DEFAULTS)
+    notes: dict[str, str] = {}
+    for key, (name, kind) in GGUF_SAMPLING.items():
+        raw = meta(key)
+        if raw is None:
+            continue
+        try:
+            value: Any = kind(float(raw)) if kind is int else float(raw)
+            SamplingParams(**{**values, name: value})  # in range?
+        except (ValueError, InvalidParameterError):
+            notes[key] = f"{key} = {raw!r} is not a usable {name}: {values[name]} instead"
+            continue
+        values[name] = value
+    for key, off in (
+        ("general.sampling.mirostat", "0"),
+        ("general.sampling.xtc_probability", "0"),
+    ):
+        raw = meta(key)
+        if raw is not None and raw.strip() not in (off, f"{off}.0", f"{off}.000000"):
+            notes[key] = f"{key} = {raw} is a sampler localspec does not offer: left out"
+    raw = meta("general.sampling.sequence")
+    if raw is not None and raw.strip() and raw.strip() != DEFAULT_SEQUENCE:
+        notes["general.sampling.sequence"] = (
+            f"general.sampling.sequence {raw!r} differs from llama.cpp's order, the one "
+            "localspec runs"
+        )
+    return SamplingParams(**values), notes

@@ -392,21 +392,26 @@ def test_errors_name_the_flag_typed(models, capsys) -> None:
 
 def test_sampler_flags_give_the_apis_text(agree, capsys) -> None:
     """llama.cpp's sampler flags reach the engine under the API's names: the text
-    Engine.complete gives with the same settings (penalties and a ban change it here)."""
+    Engine.complete gives with the model's recommendation and those settings in their place
+    (penalties and a ban change it here; a seed fixes the draw)."""
     target, _ = agree
-    flags = ["--repeat-penalty", "1.3", "--presence-penalty", "80", "--repeat-last-n", "40",
+    flags = ["--seed", "3", "--temperature", "0.7", "--repeat-penalty", "1.3",
+             "--presence-penalty", "80", "--repeat-last-n", "40",
              "--min-p", "0.05", "--dry-multiplier", "0.8", "--dry-sequence-breaker", "none",
              "--logit-bias", f"{ord('k')}-inf", "-l", f"{ord('q')}+2.5"]  # fmt: skip
     prompt = "abcdefghijklmnopqrstuvwxyzabc"
     assert main(["generate", target, "-p", prompt, "-n", "40", "--json", *flags]) == 0
     out = json.loads(capsys.readouterr().out)
     with localspec.load(target) as eng:  # as the command loads it (the drafter beside it)
-        want = eng.complete(
-            prompt, max_tokens=40, repeat_penalty=1.3, presence_penalty=80.0, repeat_last_n=40,
+        sampling = eng.sampling_with(
+            temperature=0.7, repeat_penalty=1.3, presence_penalty=80.0, repeat_last_n=40,
             min_p=0.05, dry_multiplier=0.8, dry_sequence_breakers=[],
             logit_bias={ord("k"): -math.inf, ord("q"): 2.5},
         )  # fmt: skip
-        plain = eng.complete(prompt, max_tokens=40)
+        want = eng.complete(prompt, max_tokens=40, seed=3, sampling=sampling)
+        plain = eng.complete(
+            prompt, max_tokens=40, seed=3, sampling=eng.sampling_with(temperature=0.7)
+        )
     assert out["text"] == want.text
     assert want.text != plain.text
 
@@ -499,8 +504,9 @@ def test_every_default_is_in_the_help(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["chat", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    for shown in ("(default: 512)", "(default: 0.0)", "(default: 1.0)", "(default: 4096)",
-                  "rolling (default)"):  # fmt: skip
+    for shown in ("(default: 512)", "(default: 4096)", "rolling (default)",
+                  "default: the model's general.sampling.temp, else llama.cpp's 0.8",
+                  "general.sampling.top_p, else llama.cpp's 0.95"):  # fmt: skip
         assert shown in out, shown
 
 

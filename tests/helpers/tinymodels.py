@@ -82,10 +82,12 @@ def write_target(
     weights: dict | None = None,
     chat_template: str = CHATML,
     zeros: bool = False,
+    kv: dict | None = None,
 ) -> str:
     """A random llama target; ``weights`` overrides tensors by GGUF name. zeros: matrices of
     zeros instead (a large model whose weights do not matter, made in seconds: a dense
-    kernel costs the same for any values)."""
+    kernel costs the same for any values). kv: more metadata (general.sampling.*, ...):
+    floats as f32, ints as i32, strings as strings."""
     rng = np.random.default_rng(seed)
     s = shape
     hd = s.n_embd // s.n_head
@@ -126,6 +128,13 @@ def write_target(
     w.add_rope_freq_base(s.rope_theta)
     w.add_rope_dimension_count(hd)
     w.add_vocab_size(N_VOCAB)
+    for key, value in (kv or {}).items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, int):
+            w.add_int32(key, value)
+        else:
+            w.add_float32(key, value)
     _finish(w, t, chat_template)
     return path
 

@@ -280,7 +280,7 @@ def test_seed_gives_the_text_of_engine_complete(models) -> None:
                 extra_body={"top_k": 40},
                 **_chat(sampling),
             )
-            want = ref.complete("Once upon", seed=seed, **sampling)
+            want = ref.complete("Once upon", seed=seed, **_ref(ref, sampling))
             assert r.choices[0].text == want.text
             assert r.usage.completion_tokens == len(want.tokens)
             texts[seed] = want.text
@@ -291,8 +291,9 @@ def test_seed_gives_the_text_of_engine_complete(models) -> None:
         )
         prompt, stops = ref.format_chat(msgs)
         want = ref.complete(
-            prompt, seed=7, stop=stops, add_special=False, parse_special=True, **sampling
-        )
+            prompt, seed=7, stop=stops, add_special=False, parse_special=True,
+            **_ref(ref, sampling),
+        )  # fmt: skip
         assert r.choices[0].message.content == want.text
 
 
@@ -340,13 +341,14 @@ def test_samplers_give_the_text_of_engine_complete(models) -> None:
                 **_chat(sampling),
             )
             want = ref.complete(
-                "Once upon", seed=seed, logit_bias=bias_ref, **openai_kw, **SAMPLERS, **sampling
-            )
+                "Once upon", seed=seed,
+                **_ref(ref, {**sampling, **openai_kw, **SAMPLERS, "logit_bias": bias_ref}),
+            )  # fmt: skip
             assert r.choices[0].text == want.text
             texts[seed] = want.text
         assert len(set(texts.values())) == 3
         # the settings matter: without them the same seed gives another text
-        assert ref.complete("Once upon", seed=3, **sampling).text != texts[3]
+        assert ref.complete("Once upon", seed=3, **_ref(ref, sampling)).text != texts[3]
         # chat, with vLLM's spelling and llama-server's [[text, bias]] and false
         msgs = [{"role": "user", "content": "Hi"}]
         body = {**SAMPLERS, "top_k": 40, "logit_bias": [["a", 2.0], [a + 1, False]]}
@@ -355,10 +357,10 @@ def test_samplers_give_the_text_of_engine_complete(models) -> None:
             model="x", messages=msgs, seed=5, extra_body=body, **openai_kw, **_chat(sampling)
         )
         prompt, stops = ref.format_chat(msgs)
+        bias = [("a", 2.0), (a + 1, float("-inf"))]
         want = ref.complete(
             prompt, seed=5, stop=stops, add_special=False, parse_special=True,
-            logit_bias=[("a", 2.0), (a + 1, float("-inf"))], **openai_kw, **SAMPLERS,
-            **sampling,
+            **_ref(ref, {**sampling, **openai_kw, **SAMPLERS, "logit_bias": bias}),
         )  # fmt: skip
         assert r.choices[0].message.content == want.text
 
@@ -391,6 +393,13 @@ def test_bad_sampler_settings_are_400s_naming_them(url, rec, extra, param, messa
         err = _error(r)
         assert err["param"] == param, err
         assert message is None or message in err["message"], err
+
+
+def _ref(eng: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """What the server runs for a request with these settings: the model's recommended
+    sampling with them in its place (max_tokens passed on)."""
+    rest = {k: v for k, v in settings.items() if k != "max_tokens"}
+    return {"max_tokens": settings["max_tokens"], "sampling": eng.sampling_with(**rest)}
 
 
 def _chat(sampling: dict[str, Any]) -> dict[str, Any]:

@@ -371,3 +371,31 @@ async def test_after_a_failed_load_model_loads_one(agree, models, tmp_path) -> N
         assert app.engine is not None and app.engine.target_path == models["target"]
         await say(pilot, "hello")
         assert len(app.session.turns) == 1
+
+
+async def test_a_retry_samples_a_new_version_as_the_model_recommends(tmp_path) -> None:
+    """The chat samples as the model's GGUF recommends (general.sampling.*) unless told
+    otherwise: a retry gives another reply, not the same one again; /temp 0 is greedy, and
+    then a retry repeats the reply."""
+    from helpers import tinymodels as tm
+
+    warm = tm.write_target(
+        str(tmp_path / "warm.gguf"),
+        kv={"general.sampling.temp": 2.0, "general.sampling.top_k": 0,
+            "general.sampling.top_p": 1.0, "general.sampling.min_p": 0.0},
+    )  # fmt: skip
+    app = make_app((warm, None), tmp_path, draft=False, n_draft="auto", max_tokens=24)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await say(pilot, "hello")
+        first = app.session.turns[-1].reply
+        await pilot.press("ctrl+r")
+        await say(pilot, "")
+        assert app.session.turns[-1].reply_versions == 2
+        assert app.session.turns[-1].reply != first
+        await command(pilot, "/temp 0")
+        await say(pilot, "again")
+        greedy = app.session.turns[-1].reply
+        await pilot.press("ctrl+r")
+        await say(pilot, "")
+        assert app.session.turns[-1].reply == greedy

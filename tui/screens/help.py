@@ -21,7 +21,7 @@ COMMANDS = [
         "where drafts come from: auto (EAGLE drafter and n-gram index, default), eagle, "
         "ngram (the context, no drafter needed), none (plain decoding)",
     ),
-    ("/temp T", "sampling temperature (0 = greedy)"),
+    ("/temp T", "sampling temperature (0 = greedy; model: the model's recommendation)"),
     ("/system TEXT", "system prompt for this conversation (empty: none)"),
     ("/retry", "regenerate the last reply (ctrl+r); the old one stays as a version"),
     ("/version N", "show version N of the last reply (f2 / f3 step through them)"),

@@ -16,6 +16,16 @@ from .speculation.tree import MAX_TREE_NODES, TreeShape
 
 # llama.cpp's default DRY sequence breakers (the samplers' default; the CLI shows it)
 DRY_BREAKERS = ("\n", ":", '"', "*")
+# llama.cpp's sampling defaults (common_params_sampling), where a model recommends nothing:
+# what generate, chat and serve sample with then (--help shows them)
+LLAMA_SAMPLING: dict[str, Any] = {
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.95,
+    "min_p": 0.05,
+    "repeat_last_n": 64,
+    "repeat_penalty": 1.0,
+}
 
 NDraft = int | Literal["auto"]
 MAX_DRAFT = 32

@@ -9,11 +9,9 @@ from typing import Any
 
 from ..errors import LocalspecError
 from .common import (
-    RECOMMENDED,
     SEED_HELP,
     SESSION_CACHE_SIZE,
-    TOP_K_HELP,
-    TOP_P_HELP,
+    add_basic_sampler_args,
     add_model_args,
     add_overflow_arg,
     check_max_tokens_flag,
@@ -27,18 +25,7 @@ def add_parser(sub: Any) -> None:
     chat = sub.add_parser("chat", help="terminal chat that shows speculation live")
     add_model_args(chat)
     chat.add_argument("--system", default="", help="system prompt")
-    chat.add_argument(
-        "--temperature", "--temp", type=float, default=None,
-        help=f"0: greedy ({RECOMMENDED.format(key='temp', value=0.8)})",
-    )  # fmt: skip
-    chat.add_argument(
-        "--top-k", type=int, default=None,
-        help=f"{TOP_K_HELP} ({RECOMMENDED.format(key='top_k', value=40)})",
-    )  # fmt: skip
-    chat.add_argument(
-        "--top-p", type=float, default=None,
-        help=f"{TOP_P_HELP} ({RECOMMENDED.format(key='top_p', value=0.95)})",
-    )  # fmt: skip
+    add_basic_sampler_args(chat)
     chat.add_argument("--max-tokens", "-n", type=int, default=512, help="tokens per reply (>= 1)")
     chat.add_argument("--seed", type=int, default=None, help=SEED_HELP)
     add_overflow_arg(chat)

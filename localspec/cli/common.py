@@ -16,6 +16,7 @@ from ..files.session_cache import DEFAULT_MAX_BYTES
 from ..options import (
     DRAFT_SOURCES,
     KV_TYPES,
+    LLAMA_SAMPLING,
     ROLLBACK_MODES,
     RuntimeOptions,
     check_flash_attn,
@@ -34,8 +35,30 @@ MAX_TOKENS_HELP = "tokens to generate (>= 1)"
 TEMPERATURE_HELP = "0: greedy"
 TOP_K_HELP = "sample from the K most likely tokens (0: all)"
 TOP_P_HELP = "sample from the smallest set of tokens whose probability reaches P (1: all)"
-# generate and serve sample as the model recommends unless told otherwise
+# generate, chat and serve sample as the model recommends unless told otherwise
 RECOMMENDED = "default: the model's general.sampling.{key}, else llama.cpp's {value}"
+
+
+def _recommended(key: str, name: str) -> str:
+    return RECOMMENDED.format(key=key, value=LLAMA_SAMPLING[name])
+
+
+def add_basic_sampler_args(g: Any) -> None:
+    """--temperature, --top-k and --top-p, each left out: the model's recommendation."""
+    g.add_argument(
+        "--temperature", "--temp", type=float, default=None,
+        help=f"0: greedy ({_recommended('temp', 'temperature')})",
+    )  # fmt: skip
+    g.add_argument(
+        "--top-k", type=int, default=None,
+        help=f"{TOP_K_HELP} ({_recommended('top_k', 'top_k')})",
+    )  # fmt: skip
+    g.add_argument(
+        "--top-p", type=float, default=None,
+        help=f"{TOP_P_HELP} ({_recommended('top_p', 'top_p')})",
+    )  # fmt: skip
+
+
 SEED_HELP = "sampling seed, for reproducible text (default: a new one each call)"
 
 
@@ -379,22 +402,11 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
         "samplers (llama.cpp's, in its order; each left out: the model's recommendation, else "
         "llama.cpp's default)"
     )
-    g.add_argument(
-        "--temperature", "--temp", type=float, default=None,
-        help=f"0: greedy ({RECOMMENDED.format(key='temp', value=0.8)})",
-    )  # fmt: skip
-    g.add_argument(
-        "--top-k", type=int, default=None,
-        help=f"{TOP_K_HELP} ({RECOMMENDED.format(key='top_k', value=40)})",
-    )  # fmt: skip
-    g.add_argument(
-        "--top-p", type=float, default=None,
-        help=f"{TOP_P_HELP} ({RECOMMENDED.format(key='top_p', value=0.95)})",
-    )  # fmt: skip
+    add_basic_sampler_args(g)
     g.add_argument(
         "--min-p", type=float, default=None,
         help="keep tokens at least P times as likely as the likeliest (0: off; "
-        f"{RECOMMENDED.format(key='min_p', value=0.05)})",
+        f"{_recommended('min_p', 'min_p')})",
     )  # fmt: skip
     g.add_argument(
         "--typical-p", "--typical", type=float, default=None, help="typical-p (default 1: off)"
@@ -402,12 +414,12 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--repeat-penalty", "--repetition-penalty", type=float, default=None,
         help="divide a repeated token's logit by this (1: off; "
-        f"{RECOMMENDED.format(key='penalty_repeat', value=1.0)})",
+        f"{_recommended('penalty_repeat', 'repeat_penalty')})",
     )  # fmt: skip
     g.add_argument(
         "--repeat-last-n", type=int, default=None,
         help="tokens the penalties look back over, the prompt's included (-1: the context; "
-        f"{RECOMMENDED.format(key='penalty_last_n', value=64)})",
+        f"{_recommended('penalty_last_n', 'repeat_last_n')})",
     )  # fmt: skip
     g.add_argument("--presence-penalty", type=float, default=None, help="(default 0: off)")
     g.add_argument("--frequency-penalty", type=float, default=None, help="(default 0: off)")

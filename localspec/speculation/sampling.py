@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParameterError
-from ..options import DRY_BREAKERS
+from ..options import DRY_BREAKERS, LLAMA_SAMPLING
 
 __all__ = [
     "DRY_BREAKERS",
@@ -573,15 +573,7 @@ class Draws:
 
 # --- the model's recommendation ------------------------------------------------------------------
 
-# llama.cpp's defaults (common_params_sampling), where a model recommends nothing
-LLAMA_DEFAULTS: dict[str, Any] = {
-    "temperature": 0.8,
-    "top_k": 40,
-    "top_p": 0.95,
-    "min_p": 0.05,
-    "repeat_last_n": 64,
-    "repeat_penalty": 1.0,
-}
+LLAMA_DEFAULTS = LLAMA_SAMPLING  # llama.cpp's defaults, where a model recommends nothing
 # the GGUF keys llama.cpp reads a model's recommendation from, and what each sets here
 GGUF_SAMPLING: dict[str, tuple[str, type]] = {
     "general.sampling.temp": ("temperature", float),

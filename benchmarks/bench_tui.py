@@ -85,6 +85,7 @@ async def compare(mode: str, args: argparse.Namespace, store_dir: str) -> None:
     opts = ChatOptions(
         config=EngineConfig(n_draft=k, runtime=RuntimeOptions(n_threads=args.threads)),
         max_tokens=32,
+        temperature=0.0,  # greedy, as engine_run: the same text both ways
     )
     app = LocalspecApp(opts, store=ChatStore(f"{store_dir}/{mode}.sqlite"))
     w, h = (int(v) for v in args.size.split("x"))

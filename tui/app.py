@@ -221,6 +221,8 @@ class LocalspecApp(App[None]):
             found = " found next to the target" if self.options.config.draft is None else ""
             note = f"no drafter{found}: {drafts}"
         status = [os.path.basename(eng.target_path), note]
+        for sampling_note in eng.sampling_notes.values():  # the model's, left out
+            self.notify(sampling_note, severity="warning")
         if eng.chat_template_note:  # e.g. a model without a chat template gets ChatML
             status.append(eng.chat_template_note.replace(eng.target_path, status[0]))
             self.exit_notes.append(eng.chat_template_note)

@@ -32,7 +32,6 @@ TARGET_HELP = (
 )
 SESSION_CACHE_SIZE = f"{DEFAULT_MAX_BYTES >> 30}G"  # the chat's --session-cache-size
 MAX_TOKENS_HELP = "tokens to generate (>= 1)"
-TEMPERATURE_HELP = "0: greedy"
 TOP_K_HELP = "sample from the K most likely tokens (0: all)"
 TOP_P_HELP = "sample from the smallest set of tokens whose probability reaches P (1: all)"
 # generate, chat and serve sample as the model recommends unless told otherwise

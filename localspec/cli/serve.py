@@ -100,6 +100,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         say_mode_notes(eng, args, tree, source)  # the default speculation, as in flags
+        for note in eng.sampling_notes.values():  # what of the model's sampling is left out
+            print(f"localspec: note: {note}", file=sys.stderr)
         calibrate_first(eng, n_draft="auto")  # requests may ask for auto whatever the default
         if not args.api_key and not sock.getsockname()[0].startswith(("127.", "::1")):
             print("localspec: warning: no --api-key on a non-loopback address", file=sys.stderr)

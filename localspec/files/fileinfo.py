@@ -71,7 +71,10 @@ def describe(path: str) -> dict[str, Any]:
         sp, notes = recommended(lambda k: None if (v := h.kv.get(k)) is None else str(v))
         info["sampling"] = {
             "settings": sp.describe(),
-            "from_model": sorted(k for k in GGUF_SAMPLING if h.kv.get(k) is not None),
+            # the keys taken (a value refused is in the notes instead)
+            "from_model": sorted(
+                k for k in GGUF_SAMPLING if h.kv.get(k) is not None and k not in notes
+            ),
             "notes": list(notes.values()),
         }
     if arch == K.EAGLE3_ARCH:

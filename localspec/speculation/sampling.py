@@ -583,6 +583,13 @@ GGUF_SAMPLING: dict[str, tuple[str, type]] = {
     "general.sampling.penalty_last_n": ("repeat_last_n", int),
     "general.sampling.penalty_repeat": ("repeat_penalty", float),
 }
+# values llama.cpp reads as "this sampler off" (or greedy), and their neutral value here
+_OFF: dict[str, Callable[[Any], Any]] = {
+    "top_k": lambda v: max(v, 0),  # <= 0: the whole vocabulary
+    "temperature": lambda v: max(v, 0.0),  # < 0: greedy
+    "top_p": lambda v: min(v, 1.0),  # >= 1: off
+    "min_p": lambda v: max(v, 0.0),  # <= 0: off
+}
 # llama.cpp's default order, as general.sampling.sequence names it
 DEFAULT_SEQUENCE = "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"
 
@@ -599,17 +606,20 @@ def recommended(meta: Callable[[str], str | None]) -> tuple[SamplingParams, dict
             continue
         try:
             value: Any = kind(float(raw)) if kind is int else float(raw)
+            # what llama.cpp reads as "off" is off here too
+            value = _OFF.get(name, lambda v: v)(value)
             SamplingParams(**{**values, name: value})  # in range?
-        except (ValueError, InvalidParameterError):
+        except (ValueError, ArithmeticError, InvalidParameterError):
             notes[key] = f"{key} = {raw!r} is not a usable {name}: {values[name]} instead"
             continue
         values[name] = value
-    for key, off in (
-        ("general.sampling.mirostat", "0"),
-        ("general.sampling.xtc_probability", "0"),
-    ):
+    for key in ("general.sampling.mirostat", "general.sampling.xtc_probability"):
         raw = meta(key)
-        if raw is not None and raw.strip() not in (off, f"{off}.0", f"{off}.000000"):
+        try:
+            on = raw is not None and float(raw) != 0.0
+        except ValueError:
+            on = False  # llama.cpp reads no number there: the sampler stays off
+        if on:
             notes[key] = f"{key} = {raw} is a sampler localspec does not offer: left out"
     raw = meta("general.sampling.sequence")
     if raw is not None and raw.strip() and raw.strip() != DEFAULT_SEQUENCE:

@@ -36,7 +36,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "odd": tm.write_target(
             str(d / "odd.gguf"),
             kv={
-                "general.sampling.top_p": 1.7,  # out of range: llama.cpp's stays
+                "general.sampling.top_p": "high",  # no number: llama.cpp's default stays
+                "general.sampling.top_k": -1,  # llama.cpp's "all tokens"
                 "general.sampling.temp": 0.3,
                 "general.sampling.mirostat": 2,
                 "general.sampling.sequence": "top_k;temperature",
@@ -59,7 +60,7 @@ def test_the_models_recommendation_else_llama_cpps_defaults(files) -> None:
         assert eng.sampling_with() == sp
     with localspec.load(files["odd"], draft=False, **EXACT) as eng:
         sp = eng.recommended_sampling
-        assert sp.temperature == pytest.approx(0.3) and sp.top_p == 0.95
+        assert sp.temperature == pytest.approx(0.3) and sp.top_p == 0.95 and sp.top_k == 0
         notes = eng.sampling_notes
         assert set(notes) == {
             "general.sampling.top_p",
@@ -110,7 +111,7 @@ def test_generate_says_what_the_model_recommends_and_was_left_out(files, capsys)
     assert main(["generate", files["odd"], "--no-draft", "-p", "abc", "-n", "4"]) == 0
     err = capsys.readouterr().err
     assert "general.sampling.mirostat = 2 is a sampler localspec does not offer" in err
-    assert "general.sampling.top_p = '1.7" in err or "general.sampling.top_p = '1.70" in err
+    assert "general.sampling.top_p = 'high' is not a usable top_p" in err
 
 
 def test_help_shows_every_sampling_default(capsys) -> None:
@@ -158,5 +159,5 @@ def test_info_says_how_the_model_samples(files, capsys) -> None:
     assert "the model's general.sampling.*" in line
     assert main(["info", files["odd"], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["sampling"]
-    assert data["from_model"] == ["general.sampling.temp", "general.sampling.top_p"]
+    assert data["from_model"] == ["general.sampling.temp", "general.sampling.top_k"]
     assert any("mirostat" in n for n in data["notes"])

@@ -56,7 +56,13 @@ from .speculation.generation import Event, FinishReason, Generation
 from .speculation.mode import Mode
 from .speculation.plan import StepPlan
 from .speculation.probe import Probe
-from .speculation.sampling import DRY_BREAKERS, DryBreakers, SamplingParams, recommended
+from .speculation.sampling import (
+    DRY_BREAKERS,
+    DryBreakers,
+    SamplingParams,
+    bias_items,
+    recommended,
+)
 from .speculation.specstate import SpecState
 from .speculation.tree import TreeShape
 from .stats import Stats
@@ -422,58 +428,44 @@ class Engine:
         """Stream a continuation of ``prompt`` (text, or token ids) event by event. n_draft,
         tree and draft_source override the engine's for this call (tree wins when both tree
         and n_draft are given). The samplers are llama.cpp's, under llama-server's names and
-        in its order (docs/sampling.md); ``sampling`` gives them all at once instead (it wins
-        over the single arguments). A newer call on the same engine supersedes this one: its
+        in its order (docs/sampling.md); ``sampling`` gives them all at once instead (a single
+        one beside it is refused). A newer call on the same engine supersedes this one: its
         next step raises GenerationError."""
         self._check_open()
-        sp = sampling
-        if sp is None:
-            logit_bias = self._token_bias(logit_bias)
-            sp = SamplingParams(
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                min_p=min_p,
-                typical_p=typical_p,
-                repeat_penalty=repeat_penalty,
-                repeat_last_n=repeat_last_n,
-                presence_penalty=presence_penalty,
-                frequency_penalty=frequency_penalty,
-                dry_multiplier=dry_multiplier,
-                dry_base=dry_base,
-                dry_allowed_length=dry_allowed_length,
-                dry_penalty_last_n=dry_penalty_last_n,
-                dry_sequence_breakers=dry_sequence_breakers,  # type: ignore[arg-type]
-                logit_bias=logit_bias,  # type: ignore[arg-type]
-            )
-        elif not isinstance(sp, SamplingParams):
+        singles: dict[str, Any] = {
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "min_p": min_p,
+            "typical_p": typical_p,
+            "repeat_penalty": repeat_penalty,
+            "repeat_last_n": repeat_last_n,
+            "presence_penalty": presence_penalty,
+            "frequency_penalty": frequency_penalty,
+            "dry_multiplier": dry_multiplier,
+            "dry_base": dry_base,
+            "dry_allowed_length": dry_allowed_length,
+            "dry_penalty_last_n": dry_penalty_last_n,
+            "dry_sequence_breakers": dry_sequence_breakers,
+            "logit_bias": logit_bias,
+        }
+        if sampling is None:
+            sp = SamplingParams(**{**singles, "logit_bias": self._token_bias(logit_bias)})
+        elif not isinstance(sampling, SamplingParams):
             raise InvalidParameterError(
-                f"sampling must be a SamplingParams, got {type(sp).__name__}", "sampling"
+                f"sampling must be a SamplingParams, got {type(sampling).__name__}", "sampling"
             )
-        else:  # all at once: single settings beside it would be silently dropped
-            given = {
-                name: value
-                for name, value in (
-                    ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                    ("min_p", min_p), ("typical_p", typical_p),
-                    ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n),
-                    ("presence_penalty", presence_penalty),
-                    ("frequency_penalty", frequency_penalty),
-                    ("dry_multiplier", dry_multiplier), ("dry_base", dry_base),
-                    ("dry_allowed_length", dry_allowed_length),
-                    ("dry_penalty_last_n", dry_penalty_last_n),
-                    ("dry_sequence_breakers", tuple(dry_sequence_breakers)),
-                    ("logit_bias", tuple(logit_bias)),
-                )
-                if value != getattr(_DEFAULT_SAMPLING, name)
-            }  # fmt: skip
-            if given:
-                name = next(iter(given))
-                raise InvalidParameterError(
-                    f"{name} given beside sampling=: give every sampler setting in the "
-                    "SamplingParams",
-                    name,
-                )
+        else:  # all at once: a single setting beside it would be silently dropped
+            sp = sampling
+            for name, value in singles.items():
+                if isinstance(value, (list, tuple, Mapping)):
+                    value = tuple(value)
+                if value != getattr(_DEFAULT_SAMPLING, name):
+                    raise InvalidParameterError(
+                        f"{name} given beside sampling=: give every sampler setting in the "
+                        "SamplingParams",
+                        name,
+                    )
         check_max_tokens(max_tokens)
         mode, notes = self._mode(n_draft, tree, draft_source)
         if seed is not None:
@@ -806,15 +798,8 @@ class Engine:
         """logit_bias with texts resolved: a text biases each of its tokens, once per
         occurrence (as llama-server reads [["text", bias]]); token ids pass through, checked
         by SamplingParams."""
-        items = bias.items() if isinstance(bias, Mapping) else bias
-        try:
-            pairs = [(t, b) for t, b in items]
-        except (TypeError, ValueError):
-            raise InvalidParameterError(
-                f"logit_bias must map token ids to numbers, got {bias!r}", "logit_bias"
-            ) from None
         out: list[tuple[Any, Any]] = []
-        for t, b in pairs:
+        for t, b in bias_items(bias):
             if isinstance(t, str):
                 toks = self._target.model.tokenize(t, add_special=False, parse_special=False)
                 if not toks:

@@ -178,18 +178,22 @@ class SamplingParams:
         return ", ".join(parts)
 
 
-def _bias_pairs(bias: Any) -> tuple[tuple[int, float], ...]:
-    """(token id, bias) pairs from a mapping or pairs; a token named twice adds up (as
-    llama.cpp's logit_bias sampler does)."""
+def bias_items(bias: Any) -> list[tuple[Any, Any]]:
+    """A logit bias's (token, bias) pairs, given as a mapping or as pairs (unchecked)."""
     items = bias.items() if isinstance(bias, Mapping) else bias
     try:
-        pairs = [(t, b) for t, b in items]
+        return [(t, b) for t, b in items]
     except (TypeError, ValueError):
         raise InvalidParameterError(
             f"logit_bias must map token ids to numbers, got {bias!r}", parameter="logit_bias"
         ) from None
+
+
+def _bias_pairs(bias: Any) -> tuple[tuple[int, float], ...]:
+    """(token id, bias) pairs from a mapping or pairs; a token named twice adds up (as
+    llama.cpp's logit_bias sampler does)."""
     out: dict[int, float] = {}
-    for t, b in pairs:
+    for t, b in bias_items(bias):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
             raise InvalidParameterError(
                 f"logit_bias keys must be token ids (integers >= 0), got {t!r}",
@@ -573,7 +577,6 @@ class Draws:
 
 # --- the model's recommendation ------------------------------------------------------------------
 
-LLAMA_DEFAULTS = LLAMA_SAMPLING  # llama.cpp's defaults, where a model recommends nothing
 # the GGUF keys llama.cpp reads a model's recommendation from, and what each sets here
 GGUF_SAMPLING: dict[str, tuple[str, type]] = {
     "general.sampling.temp": ("temperature", float),
@@ -598,7 +601,7 @@ def recommended(meta: Callable[[str], str | None]) -> tuple[SamplingParams, dict
     """The sampling a model recommends in its GGUF (general.sampling.*, read as llama.cpp
     reads them), llama.cpp's defaults for what it leaves out; and a note per key that was not
     taken (a value out of range, or a sampler localspec does not offer), by key."""
-    values = dict(LLAMA_DEFAULTS)
+    values = dict(LLAMA_SAMPLING)  # llama.cpp's defaults, where the model is silent
     notes: dict[str, str] = {}
     for key, (name, kind) in GGUF_SAMPLING.items():
         raw = meta(key)

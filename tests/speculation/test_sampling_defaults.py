@@ -11,7 +11,8 @@ import pytest
 
 import localspec
 from localspec.cli import main
-from localspec.speculation.sampling import LLAMA_DEFAULTS, SamplingParams
+from localspec.options import LLAMA_SAMPLING
+from localspec.speculation.sampling import SamplingParams
 
 from conftest import EXACT
 from helpers import tinymodels as tm
@@ -48,7 +49,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def test_the_models_recommendation_else_llama_cpps_defaults(files) -> None:
     with localspec.load(files["plain"], draft=False, **EXACT) as eng:
-        assert eng.recommended_sampling == SamplingParams(**LLAMA_DEFAULTS)
+        assert eng.recommended_sampling == SamplingParams(**LLAMA_SAMPLING)
         assert eng.sampling_notes == {}
     with localspec.load(files["recommends"], draft=False, **EXACT) as eng:
         sp = eng.recommended_sampling
